@@ -1,0 +1,3 @@
+module github.com/weftlm/weft
+
+go 1.26
