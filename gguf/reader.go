@@ -19,6 +19,7 @@ import (
 	"sort"
 
 	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/internal/mmap"
 )
 
 // Magic opens every GGUF file.
@@ -132,10 +133,10 @@ func OpenFile(path string, opts Options) (*File, error) {
 	}
 	f.closer = osf.Close
 	if !opts.NoMmap && st.Size() > 0 {
-		if m, err := mmapFile(osf, st.Size()); err == nil {
+		if m, err := mmap.Map(osf, st.Size()); err == nil {
 			f.mapped = m
 			f.closer = func() error {
-				err := munmap(m)
+				err := mmap.Unmap(m)
 				if cerr := osf.Close(); err == nil {
 					err = cerr
 				}

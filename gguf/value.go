@@ -68,7 +68,7 @@ func (t ValueType) minSize() int {
 // Value is one metadata value. Scalars are held decoded; an array keeps a
 // view of its encoded bytes and decodes elements only when asked.
 type Value struct {
-	typ ValueType
+	typ  ValueType
 	bits uint64 // scalars: the value's bits, zero-extended
 	str  string
 	arr  Array
