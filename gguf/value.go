@@ -116,7 +116,15 @@ func (v Value) Int() (int64, bool) {
 func (v Value) Float() (float64, bool) {
 	switch v.typ {
 	case TypeFloat32:
-		return float64(math.Float32frombits(uint32(v.bits))), true
+		// The shortest decimal that round-trips the float32, so 1e-5
+		// stored as float32 reads as 1e-5, not 9.99999974738e-06;
+		// converting back to float32 gives the stored bits.
+		f := math.Float32frombits(uint32(v.bits))
+		d, err := strconv.ParseFloat(strconv.FormatFloat(float64(f), 'g', -1, 32), 64)
+		if err != nil {
+			return float64(f), true
+		}
+		return d, true
 	case TypeFloat64:
 		return math.Float64frombits(v.bits), true
 	}
