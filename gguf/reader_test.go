@@ -47,7 +47,9 @@ func (r *rawFile) data(n int) *rawFile {
 	return r
 }
 
-func parseBytes(b []byte) (*File, error) { return NewFile(bytes.NewReader(b), int64(len(b)), "test.gguf") }
+func parseBytes(b []byte) (*File, error) {
+	return NewFile(bytes.NewReader(b), int64(len(b)), "test.gguf")
+}
 
 func TestMalformed(t *testing.T) {
 	tests := []struct {
