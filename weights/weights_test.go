@@ -389,4 +389,3 @@ func FuzzParseHFConfig(f *testing.F) {
 		_ = c.Validate("fuzz.json")
 	})
 }
-
