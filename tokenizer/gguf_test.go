@@ -9,9 +9,9 @@ import (
 	"github.com/weftlm/weft/gguf"
 )
 
-// sharedTestdata returns a file of the shared third-party test data, or
+// spTestdata returns a file of the shared third-party test data, or
 // skips the test when that data is not checked out beside the repository.
-func sharedTestdata(t testing.TB, elem ...string) string {
+func spTestdata(t testing.TB, elem ...string) string {
 	t.Helper()
 	p := filepath.Join(append([]string{"..", "..", "shared", "testdata"}, elem...)...)
 	if _, err := os.Stat(p); err != nil {
@@ -20,10 +20,10 @@ func sharedTestdata(t testing.TB, elem ...string) string {
 	return p
 }
 
-// openVocabGGUF loads the vocabulary of a shared GGUF file.
-func openVocabGGUF(t testing.TB, elem ...string) *Vocab {
+// spOpenGGUF loads the vocabulary of a shared GGUF file.
+func spOpenGGUF(t testing.TB, elem ...string) *Vocab {
 	t.Helper()
-	m, err := gguf.Open(sharedTestdata(t, elem...), gguf.Options{})
+	m, err := gguf.Open(spTestdata(t, elem...), gguf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestVocabFromGGUFFiles(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(filepath.Base(tc.file), func(t *testing.T) {
-			v := openVocabGGUF(t, strings.Split(tc.file, "/")...)
+			v := spOpenGGUF(t, strings.Split(tc.file, "/")...)
 			if v.Model != tc.model || v.Pre != tc.pre {
 				t.Errorf("model/pre = %q/%q, want %q/%q", v.Model, v.Pre, tc.model, tc.pre)
 			}
@@ -88,34 +88,34 @@ func TestVocabFromGGUFFiles(t *testing.T) {
 	}
 }
 
-// metaMap is GGUF metadata held in a map, for hand-made test cases.
-type metaMap map[string]gguf.Value
+// spMeta is GGUF metadata held in a map, for hand-made test cases.
+type spMeta map[string]gguf.Value
 
-func (m metaMap) KV(key string) (gguf.Value, bool) { v, ok := m[key]; return v, ok }
+func (m spMeta) KV(key string) (gguf.Value, bool) { v, ok := m[key]; return v, ok }
 
 func TestVocabFromGGUFDefaults(t *testing.T) {
 	tokens := gguf.Strings([]string{"<unk>", "<s>", "</s>", "▁a", "a"})
 	tests := []struct {
 		name string
-		md   metaMap
+		md   spMeta
 		want Vocab
 	}{
-		{"llama", metaMap{keyModel: gguf.String("llama"), keyTokens: tokens},
+		{"llama", spMeta{keyModel: gguf.String("llama"), keyTokens: tokens},
 			Vocab{BOS: 1, EOS: 2, UNK: 0, PAD: -1, SEP: -1, MASK: -1, AddBOS: true, AddSpacePrefix: true, EscapeWhitespaces: true}},
-		{"llama overridden", metaMap{keyModel: gguf.String("llama"), keyTokens: tokens,
+		{"llama overridden", spMeta{keyModel: gguf.String("llama"), keyTokens: tokens,
 			keyAddBOS: gguf.Bool(false), keyAddEOS: gguf.Bool(true), keyAddSpacePrefix: gguf.Bool(false),
 			keyRemoveExtraWS: gguf.Bool(true), keyEOS: gguf.Int32(-1), keySEPAlt: gguf.Uint32(3)},
 			Vocab{BOS: 1, EOS: -1, UNK: 0, PAD: -1, SEP: 3, MASK: -1, AddEOS: true, RemoveExtraSpaces: true, EscapeWhitespaces: true}},
-		{"sic spelling wins", metaMap{keyModel: gguf.String("llama"), keyTokens: tokens,
+		{"sic spelling wins", spMeta{keyModel: gguf.String("llama"), keyTokens: tokens,
 			keySEPAlt: gguf.Uint32(3), keySEP: gguf.Uint32(4)},
 			Vocab{BOS: 1, EOS: 2, UNK: 0, PAD: -1, SEP: 4, MASK: -1, AddBOS: true, AddSpacePrefix: true, EscapeWhitespaces: true}},
-		{"gpt2 llama-bpe adds BOS", metaMap{keyModel: gguf.String("gpt2"), keyPre: gguf.String("llama-bpe"), keyTokens: tokens,
+		{"gpt2 llama-bpe adds BOS", spMeta{keyModel: gguf.String("gpt2"), keyPre: gguf.String("llama-bpe"), keyTokens: tokens,
 			keyMerges: gguf.Strings([]string{"▁ a"})},
 			Vocab{BOS: -1, EOS: -1, UNK: -1, PAD: -1, SEP: -1, MASK: -1, AddBOS: true}},
-		{"gpt2 qwen2 does not", metaMap{keyModel: gguf.String("gpt2"), keyPre: gguf.String("qwen2"), keyTokens: tokens,
+		{"gpt2 qwen2 does not", spMeta{keyModel: gguf.String("gpt2"), keyPre: gguf.String("qwen2"), keyTokens: tokens,
 			keyMerges: gguf.Strings([]string{"▁ a"}), keyBOS: gguf.Uint32(1)},
 			Vocab{BOS: 1, EOS: -1, UNK: -1, PAD: -1, SEP: -1, MASK: -1}},
-		{"bert cls is bos", metaMap{keyModel: gguf.String("bert"), keyTokens: tokens, keyCLS: gguf.Uint32(1)},
+		{"bert cls is bos", spMeta{keyModel: gguf.String("bert"), keyTokens: tokens, keyCLS: gguf.Uint32(1)},
 			Vocab{BOS: 1, EOS: -1, UNK: -1, PAD: 0, SEP: -1, MASK: -1, AddBOS: true, EscapeWhitespaces: true}},
 	}
 	for _, tc := range tests {
@@ -138,8 +138,8 @@ func TestVocabFromGGUFDefaults(t *testing.T) {
 
 func TestVocabFromGGUFErrors(t *testing.T) {
 	tokens := gguf.Strings([]string{"<unk>", "<s>", "</s>"})
-	base := func(extra metaMap) metaMap {
-		m := metaMap{keyModel: gguf.String("llama"), keyTokens: tokens}
+	base := func(extra spMeta) spMeta {
+		m := spMeta{keyModel: gguf.String("llama"), keyTokens: tokens}
 		for k, v := range extra {
 			m[k] = v
 		}
@@ -147,34 +147,34 @@ func TestVocabFromGGUFErrors(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		md   metaMap
+		md   spMeta
 		want string // in the error, besides the key
 		key  string
 	}{
-		{"no model", metaMap{keyTokens: tokens}, "missing", keyModel},
-		{"model not a string", base(metaMap{keyModel: gguf.Uint32(1)}), "want a string", keyModel},
-		{"unknown model", base(metaMap{keyModel: gguf.String("wordlevel")}), "unknown tokenizer model", keyModel},
-		{"no vocab", base(metaMap{keyModel: gguf.String("no_vocab")}), "no vocabulary", keyModel},
-		{"no tokens", metaMap{keyModel: gguf.String("llama")}, "missing", keyTokens},
-		{"tokens not strings", base(metaMap{keyTokens: gguf.Int32s([]int32{1, 2})}), "want strings", keyTokens},
-		{"tokens not an array", base(metaMap{keyTokens: gguf.String("a")}), "want an array", keyTokens},
-		{"empty tokens", base(metaMap{keyTokens: gguf.Strings(nil)}), "no tokens", keyTokens},
-		{"short scores", base(metaMap{keyScores: gguf.Float32s([]float32{0, 0})}), "2 scores for 3 tokens", keyScores},
-		{"string scores", base(metaMap{keyScores: gguf.Strings([]string{"a", "b", "c"})}), "want a number", keyScores},
-		{"long types", base(metaMap{keyTokenType: gguf.Int32s([]int32{1, 1, 1, 1})}), "4 token types for 3 tokens", keyTokenType},
-		{"bad type", base(metaMap{keyTokenType: gguf.Int32s([]int32{1, 9, 1})}), "token 1 has type 9", keyTokenType},
-		{"float types", base(metaMap{keyTokenType: gguf.Float32s([]float32{1, 1, 1})}), "want an integer", keyTokenType},
-		{"bos out of range", base(metaMap{keyBOS: gguf.Uint32(3)}), "outside the vocabulary of 3", keyBOS},
-		{"eos negative", base(metaMap{keyEOS: gguf.Int32(-2)}), "outside the vocabulary", keyEOS},
-		{"unk a string", base(metaMap{keyUNK: gguf.String("0")}), "want an integer token id", keyUNK},
-		{"sep huge", base(metaMap{keySEP: gguf.Uint64(1 << 40)}), "outside the vocabulary", keySEP},
-		{"mask float", base(metaMap{keyMASK: gguf.Float32(1)}), "want an integer", keyMASK},
-		{"add_bos not bool", base(metaMap{keyAddBOS: gguf.Uint8(1)}), "want a bool", keyAddBOS},
-		{"prefix not bool", base(metaMap{keyAddSpacePrefix: gguf.String("yes")}), "want a bool", keyAddSpacePrefix},
-		{"gpt2 without merges", base(metaMap{keyModel: gguf.String("gpt2")}), "missing", keyMerges},
-		{"merge without space", base(metaMap{keyModel: gguf.String("gpt2"), keyMerges: gguf.Strings([]string{"ab"})}), `merge 0 "ab"`, keyMerges},
-		{"merge with empty half", base(metaMap{keyModel: gguf.String("gpt2"), keyMerges: gguf.Strings([]string{"a b", "a "})}), `merge 1 "a "`, keyMerges},
-		{"merges not strings", base(metaMap{keyMerges: gguf.Float32s([]float32{1})}), "want strings", keyMerges},
+		{"no model", spMeta{keyTokens: tokens}, "missing", keyModel},
+		{"model not a string", base(spMeta{keyModel: gguf.Uint32(1)}), "want a string", keyModel},
+		{"unknown model", base(spMeta{keyModel: gguf.String("wordlevel")}), "unknown tokenizer model", keyModel},
+		{"no vocab", base(spMeta{keyModel: gguf.String("no_vocab")}), "no vocabulary", keyModel},
+		{"no tokens", spMeta{keyModel: gguf.String("llama")}, "missing", keyTokens},
+		{"tokens not strings", base(spMeta{keyTokens: gguf.Int32s([]int32{1, 2})}), "want strings", keyTokens},
+		{"tokens not an array", base(spMeta{keyTokens: gguf.String("a")}), "want an array", keyTokens},
+		{"empty tokens", base(spMeta{keyTokens: gguf.Strings(nil)}), "no tokens", keyTokens},
+		{"short scores", base(spMeta{keyScores: gguf.Float32s([]float32{0, 0})}), "2 scores for 3 tokens", keyScores},
+		{"string scores", base(spMeta{keyScores: gguf.Strings([]string{"a", "b", "c"})}), "want a number", keyScores},
+		{"long types", base(spMeta{keyTokenType: gguf.Int32s([]int32{1, 1, 1, 1})}), "4 token types for 3 tokens", keyTokenType},
+		{"bad type", base(spMeta{keyTokenType: gguf.Int32s([]int32{1, 9, 1})}), "token 1 has type 9", keyTokenType},
+		{"float types", base(spMeta{keyTokenType: gguf.Float32s([]float32{1, 1, 1})}), "want an integer", keyTokenType},
+		{"bos out of range", base(spMeta{keyBOS: gguf.Uint32(3)}), "outside the vocabulary of 3", keyBOS},
+		{"eos negative", base(spMeta{keyEOS: gguf.Int32(-2)}), "outside the vocabulary", keyEOS},
+		{"unk a string", base(spMeta{keyUNK: gguf.String("0")}), "want an integer token id", keyUNK},
+		{"sep huge", base(spMeta{keySEP: gguf.Uint64(1 << 40)}), "outside the vocabulary", keySEP},
+		{"mask float", base(spMeta{keyMASK: gguf.Float32(1)}), "want an integer", keyMASK},
+		{"add_bos not bool", base(spMeta{keyAddBOS: gguf.Uint8(1)}), "want a bool", keyAddBOS},
+		{"prefix not bool", base(spMeta{keyAddSpacePrefix: gguf.String("yes")}), "want a bool", keyAddSpacePrefix},
+		{"gpt2 without merges", base(spMeta{keyModel: gguf.String("gpt2")}), "missing", keyMerges},
+		{"merge without space", base(spMeta{keyModel: gguf.String("gpt2"), keyMerges: gguf.Strings([]string{"ab"})}), `merge 0 "ab"`, keyMerges},
+		{"merge with empty half", base(spMeta{keyModel: gguf.String("gpt2"), keyMerges: gguf.Strings([]string{"a b", "a "})}), `merge 1 "a "`, keyMerges},
+		{"merges not strings", base(spMeta{keyMerges: gguf.Float32s([]float32{1})}), "want strings", keyMerges},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,396 @@
+package tokenizer
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// spm segments text the way SentencePiece's BPE model does, as llama.cpp's
+// llm_tokenizer_spm reimplements it: the text is cut into UTF-8 characters,
+// then the adjacent pair whose concatenation is the highest-scoring piece is
+// merged, again and again, until no adjacent pair forms a piece. A character
+// that is no piece falls back to its bytes' <0xNN> tokens, or to UNK.
+//
+// Only pieces SentencePiece itself merges take part: normal, user-defined and
+// unused ones. Control, unknown and byte tokens are never formed from text,
+// so a literal "<s>" or "<0x41>" in the input stays text. An unused piece
+// that a merge produces is split back into the two parts that formed it.
+//
+// The tables are read-only after newSPM; scratch space comes from a pool, so
+// encode is safe for concurrent use and allocates nothing once warm.
+type spm struct {
+	ids     map[string]int32 // mergeable piece → id
+	ascii   [128]int32       // ids of one-byte pieces, -1 if absent
+	pairs   spmPairs         // (left id, right id) → id of their concatenation
+	scores  []float32        // per id; nil means all 0
+	unused  []bool           // per id; nil means none
+	byteIDs [256]int32       // <0xNN> token per byte, -1 if absent
+	unk     int32
+	maxLen  int // longest mergeable piece, in bytes
+
+	scratch sync.Pool // *spmScratch
+}
+
+// spmSymbol is a run of text[start:start+n] in the linked list of symbols;
+// n is 0 once the symbol was merged into its left neighbour. id is the
+// run's piece, -1 for a character that is no piece.
+type spmSymbol struct {
+	start, n   int32
+	prev, next int32 // indexes into the symbol list, -1 at the ends
+	id         int32
+}
+
+// spmBigram is a candidate merge of symbols left and right into piece id,
+// size bytes long. key orders the queue: the piece's score in the high
+// half, the left symbol's index, inverted, in the low half, so that the
+// largest key is the best-scoring, leftmost pair.
+type spmBigram struct {
+	key         uint64
+	right, size int32
+	id          int32
+}
+
+type spmScratch struct {
+	text []byte
+	syms []spmSymbol
+	heap []spmBigram
+	// splits records, for the text of each unused piece a merge formed, the
+	// length of its left part (SentencePiece's rev_merge). Rarely used.
+	splits map[string]int
+}
+
+// spmSpace is U+2581, which stands for a space inside SentencePiece pieces.
+const spmSpace = "\u2581"
+
+func newSPM(v *Vocab) (*spm, error) {
+	n := len(v.Tokens)
+	if len(v.Scores) != 0 && len(v.Scores) != n {
+		return nil, fmt.Errorf("tokenizer: %d scores for %d tokens", len(v.Scores), n)
+	}
+	if len(v.Types) != 0 && len(v.Types) != n {
+		return nil, fmt.Errorf("tokenizer: %d token types for %d tokens", len(v.Types), n)
+	}
+	if v.UNK >= int32(n) {
+		return nil, fmt.Errorf("tokenizer: unknown token id %d outside the vocabulary of %d tokens", v.UNK, n)
+	}
+	s := &spm{ids: make(map[string]int32, n), unk: v.UNK}
+	if len(v.Scores) == n {
+		s.scores = v.Scores
+	}
+	for i := range s.byteIDs {
+		s.byteIDs[i] = -1
+	}
+	for i, tok := range v.Tokens {
+		typ := TypeNormal
+		if len(v.Types) == n {
+			typ = v.Types[i]
+		}
+		if b, ok := spmByteToken(tok); ok {
+			if s.byteIDs[b] < 0 {
+				s.byteIDs[b] = int32(i)
+			}
+		}
+		switch typ {
+		case TypeControl, TypeUnknown, TypeByte:
+			continue
+		case TypeUnused:
+			if s.unused == nil {
+				s.unused = make([]bool, n)
+			}
+			s.unused[i] = true
+		}
+		if tok == "" {
+			continue
+		}
+		if j, dup := s.ids[tok]; dup {
+			return nil, fmt.Errorf("tokenizer: token %d %q repeats token %d", i, tok, j)
+		}
+		s.ids[tok] = int32(i)
+		s.maxLen = max(s.maxLen, len(tok))
+	}
+	if s.unk < 0 {
+		for b, id := range s.byteIDs {
+			if id < 0 {
+				return nil, fmt.Errorf("tokenizer: no token for byte 0x%02X (<0x%02X>) and no unknown token", b, b)
+			}
+		}
+	}
+	for i := range s.ascii {
+		s.ascii[i] = -1
+		if id, ok := s.ids[string(rune(i))]; ok {
+			s.ascii[i] = id
+		}
+	}
+	s.pairs = newSPMPairs(s.ids)
+	s.scratch.New = func() any { return new(spmScratch) }
+	return s, nil
+}
+
+// spmByteToken recognises SentencePiece's byte pieces "<0xNN>" (upper-case
+// hex, as llama.cpp looks them up).
+func spmByteToken(tok string) (byte, bool) {
+	if len(tok) != 6 || tok[:3] != "<0x" || tok[5] != '>' {
+		return 0, false
+	}
+	hi, ok1 := spmHexDigit(tok[3])
+	lo, ok2 := spmHexDigit(tok[4])
+	return hi<<4 | lo, ok1 && ok2
+}
+
+func spmHexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// spmCharLen is the length of a UTF-8 sequence by its first byte's high
+// nibble; a stray continuation byte counts as a character of its own.
+var spmCharLen = [16]int32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4}
+
+// encode appends the tokens of one fragment of raw text (special tokens
+// already split out) to dst. With prefixSpace a space is put before the text
+// first, as SentencePiece's dummy prefix. Spaces become "▁".
+func (s *spm) encode(dst []int32, text string, prefixSpace bool) []int32 {
+	if text == "" && !prefixSpace {
+		return dst
+	}
+	sc := s.scratch.Get().(*spmScratch)
+	defer s.scratch.Put(sc)
+
+	buf := sc.text[:0]
+	if prefixSpace {
+		buf = append(buf, spmSpace...)
+	}
+	for i := 0; i < len(text); i++ {
+		if c := text[i]; c == ' ' {
+			buf = append(buf, spmSpace...)
+		} else {
+			buf = append(buf, c)
+		}
+	}
+	sc.text = buf
+
+	syms := sc.syms[:0]
+	for off := int32(0); off < int32(len(buf)); {
+		c := buf[off]
+		n := min(spmCharLen[c>>4], int32(len(buf))-off)
+		id := int32(-1)
+		if c < 0x80 {
+			id = s.ascii[c]
+		} else if x, ok := s.ids[string(buf[off:off+n])]; ok {
+			id = x
+		}
+		k := int32(len(syms))
+		syms = append(syms, spmSymbol{start: off, n: n, prev: k - 1, next: k + 1, id: id})
+		off += n
+	}
+	syms[len(syms)-1].next = -1
+	sc.syms = syms
+
+	h := sc.heap[:0]
+	for i := 1; i < len(syms); i++ {
+		h = s.pushBigram(sc, h, int32(i-1), int32(i))
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		spmDown(h, i)
+	}
+
+	for len(h) > 0 {
+		b := h[0]
+		last := len(h) - 1
+		h[0] = h[last]
+		h = h[:last]
+		spmDown(h, 0)
+
+		left := ^int32(uint32(b.key))
+		l, r := &syms[left], &syms[b.right]
+		if l.n == 0 || r.n == 0 || l.n+r.n != b.size {
+			continue // stale: one side was merged since
+		}
+		l.n += r.n
+		l.id = b.id
+		r.n = 0
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = left
+		}
+		if l.prev >= 0 {
+			h = s.pushBigram(sc, h, l.prev, left)
+			spmUp(h, len(h)-1)
+		}
+		if l.next >= 0 {
+			h = s.pushBigram(sc, h, left, l.next)
+			spmUp(h, len(h)-1)
+		}
+	}
+	sc.heap = h
+
+	for i := int32(0); i >= 0; i = syms[i].next {
+		sym := syms[i]
+		if sym.id >= 0 && (s.unused == nil || !s.unused[sym.id]) {
+			dst = append(dst, sym.id)
+		} else {
+			dst = s.resegment(dst, sc, buf[sym.start:sym.start+sym.n])
+		}
+	}
+	if sc.splits != nil {
+		clear(sc.splits)
+	}
+	return dst
+}
+
+// pushBigram appends the merge of symbols left and right as a candidate if
+// their joined text is a piece; the caller restores the heap order.
+func (s *spm) pushBigram(sc *spmScratch, h []spmBigram, left, right int32) []spmBigram {
+	l, r := &sc.syms[left], &sc.syms[right]
+	size := l.n + r.n
+	if int(size) > s.maxLen {
+		return h
+	}
+	var id int32
+	if l.id >= 0 && r.id >= 0 {
+		if id = s.pairs.get(l.id, r.id); id < 0 {
+			return h
+		}
+	} else {
+		// A character that is no piece may still start or end one.
+		x, ok := s.ids[string(sc.text[l.start:l.start+size])]
+		if !ok {
+			return h
+		}
+		id = x
+	}
+	var score float32
+	if s.scores != nil {
+		score = s.scores[id]
+	}
+	h = append(h, spmBigram{key: uint64(spmOrderedFloat(score))<<32 | uint64(^uint32(left)), right: right, size: size, id: id})
+	if s.unused != nil && s.unused[id] {
+		if sc.splits == nil {
+			sc.splits = make(map[string]int)
+		}
+		sc.splits[string(sc.text[l.start:l.start+size])] = int(l.n)
+	}
+	return h
+}
+
+// spmOrderedFloat maps a float32 to a uint32 of the same order.
+func spmOrderedFloat(f float32) uint32 {
+	b := math.Float32bits(f)
+	if b>>31 != 0 {
+		return ^b
+	}
+	return b | 1<<31
+}
+
+// resegment appends the tokens of a final symbol that is no usable piece:
+// the parts an unused piece was merged from, or its bytes.
+func (s *spm) resegment(dst []int32, sc *spmScratch, text []byte) []int32 {
+	if id, ok := s.ids[string(text)]; ok && (s.unused == nil || !s.unused[id]) {
+		return append(dst, id)
+	}
+	if split, ok := sc.splits[string(text)]; ok {
+		dst = s.resegment(dst, sc, text[:split])
+		return s.resegment(dst, sc, text[split:])
+	}
+	for _, c := range text {
+		if s.byteIDs[c] < 0 {
+			return append(dst, s.unk)
+		}
+	}
+	for _, c := range text {
+		dst = append(dst, s.byteIDs[c])
+	}
+	return dst
+}
+
+func spmUp(h []spmBigram, i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[i].key <= h[p].key {
+			return
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func spmDown(h []spmBigram, i int) {
+	n := len(h)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && h[c+1].key > h[c].key {
+			c++
+		}
+		if h[c].key <= h[i].key {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
+// spmPairs maps two piece ids to the id of the piece that is their
+// concatenation: an open-addressing hash table over 64-bit keys, which
+// answers the merge loop's question far faster than hashing the text.
+type spmPairs struct {
+	keys  []uint64 // (left+1)<<32 | (right+1); 0 marks an empty slot
+	vals  []int32
+	shift uint
+}
+
+// newSPMPairs finds, for every piece, each way of cutting it into two
+// pieces.
+func newSPMPairs(ids map[string]int32) spmPairs {
+	var keys []uint64
+	var vals []int32
+	for tok, id := range ids {
+		for cut := 1; cut < len(tok); cut++ {
+			a, ok1 := ids[tok[:cut]]
+			b, ok2 := ids[tok[cut:]]
+			if ok1 && ok2 {
+				keys = append(keys, spmPairKey(a, b))
+				vals = append(vals, id)
+			}
+		}
+	}
+	size, shift := 16, uint(60)
+	for size < 2*len(keys) {
+		size, shift = size*2, shift-1
+	}
+	t := spmPairs{keys: make([]uint64, size), vals: make([]int32, size), shift: shift}
+	for i, k := range keys {
+		j := t.slot(k)
+		for t.keys[j] != 0 {
+			j = (j + 1) & (size - 1)
+		}
+		t.keys[j], t.vals[j] = k, vals[i]
+	}
+	return t
+}
+
+func spmPairKey(a, b int32) uint64 { return uint64(a+1)<<32 | uint64(b+1) }
+
+func (t *spmPairs) slot(k uint64) int { return int((k * 0x9E3779B97F4A7C15) >> t.shift) }
+
+// get returns the id of piece a followed by piece b, or -1.
+func (t *spmPairs) get(a, b int32) int32 {
+	k := spmPairKey(a, b)
+	mask := len(t.keys) - 1
+	for j := t.slot(k); ; j = (j + 1) & mask {
+		switch t.keys[j] {
+		case k:
+			return t.vals[j]
+		case 0:
+			return -1
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package tokenizer
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// spCase is one test string of llama.cpp's tokenizer vectors and the
+// ids Hugging Face's tokenizer gives it without special tokens.
+type spCase struct {
+	text string
+	ids  []int32
+}
+
+// spReadVectors parses ggml-vocab-NAME.gguf.inp/.out: test strings each
+// followed by "\n__ggml_vocab_test__\n", and one line of space-separated ids
+// per string.
+func spReadVectors(t testing.TB, name string) []spCase {
+	t.Helper()
+	inp, err := os.ReadFile(spTestdata(t, "llamacpp-vocab", "ggml-vocab-"+name+".gguf.inp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(spTestdata(t, "llamacpp-vocab", "ggml-vocab-"+name+".gguf.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := strings.Split(string(inp), "\n__ggml_vocab_test__\n")
+	if texts[len(texts)-1] != "" {
+		t.Fatalf("%s.inp does not end with the separator", name)
+	}
+	texts = texts[:len(texts)-1]
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != len(texts) {
+		t.Fatalf("%s: %d test strings, %d lines of ids", name, len(texts), len(lines))
+	}
+	cases := make([]spCase, len(texts))
+	for i, text := range texts {
+		cases[i].text = text
+		for _, f := range strings.Fields(lines[i]) {
+			id, err := strconv.ParseInt(f, 10, 32)
+			if err != nil {
+				t.Fatalf("%s.out line %d: %v", name, i+1, err)
+			}
+			cases[i].ids = append(cases[i].ids, int32(id))
+		}
+	}
+	return cases
+}
+
+// spRunVectors encodes every test string of a vector file and reports
+// the pass rate; llama.cpp's test asks for all of them to pass.
+func spRunVectors(t *testing.T, name string, encode func([]int32, string) []int32) {
+	cases := spReadVectors(t, name)
+	pass := 0
+	for i, c := range cases {
+		var got []int32
+		if c.text != "" { // llama.cpp makes no fragment of empty text
+			got = encode(nil, c.text)
+		}
+		if slices.Equal(got, c.ids) {
+			pass++
+		} else {
+			t.Errorf("%s #%d %q:\n got %v\nwant %v", name, i, c.text, got, c.ids)
+		}
+	}
+	t.Logf("%s: %d/%d vectors pass", name, pass, len(cases))
+}
+
+func spLoadSPM(t testing.TB, file string) (*Vocab, *spm) {
+	t.Helper()
+	v := spOpenGGUF(t, "llamacpp-vocab", file)
+	s, err := newSPM(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, s
+}
+
+func TestSPMLlamacppVectors(t *testing.T) {
+	for _, name := range []string{"llama-spm", "phi-3"} {
+		t.Run(name, func(t *testing.T) {
+			v, s := spLoadSPM(t, "ggml-vocab-"+name+".gguf")
+			if v.Model != "llama" {
+				t.Fatalf("model %q is not SentencePiece-style", v.Model)
+			}
+			spRunVectors(t, name, func(dst []int32, text string) []int32 {
+				return s.encode(dst, text, v.AddSpacePrefix)
+			})
+		})
+	}
+}
+
+// TestSPMMerges checks the algorithm on a vocabulary small enough to follow
+// by hand.
+func TestSPMMerges(t *testing.T) {
+	v := &Vocab{
+		Tokens: []string{"<unk>", "<s>", "a", "b", "c", "ab", "bc", "abc", "▁", "▁a", "<0x41>", "<0xE2>", "<0x82>", "<0xAC>", "x", "xx", "xxx", "<s", "q"},
+		Scores: []float32{0, 0, -1, -1, -1, -3, -2, -4, -1, -5, 0, 0, 0, 0, -1, -1, -2, -1, -1},
+		Types: []TokenType{TypeUnknown, TypeControl, TypeNormal, TypeNormal, TypeNormal, TypeNormal, TypeNormal,
+			TypeNormal, TypeNormal, TypeNormal, TypeByte, TypeByte, TypeByte, TypeByte, TypeNormal, TypeNormal, TypeUnused, TypeNormal, TypeNormal},
+		UNK: 0,
+	}
+	s, err := newSPM(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		text   string
+		prefix bool
+		want   []int32
+	}{
+		{"abc", false, []int32{7}},           // "bc" (-2) beats "ab" (-3), then "a"+"bc" is "abc"
+		{"cab", false, []int32{4, 5}},        // the only merge
+		{"ab", true, []int32{8, 5}},          // "ab" (-3) beats "▁a" (-5); "▁ab" is no piece
+		{"a", true, []int32{9}},              // the dummy prefix merges with the first character
+		{"ba b", false, []int32{3, 2, 8, 3}}, // the space is "▁"; "a▁" and "▁b" are no pieces
+		{"A", false, []int32{10}},            // byte fallback
+		{"€", false, []int32{11, 12, 13}},    // three bytes
+		{"é", false, []int32{0}},             // bytes lack tokens: one UNK
+		{"<s>", false, []int32{17, 0}},       // "<s" is text; "<s>" a control token that text never forms; ">" UNK
+		{"xxxx", false, []int32{15, 15}},     // leftmost "xx" first, then the two "xx" cannot join
+		{"xxx", false, []int32{15, 14}},      // "xxx" is unused: split back into "xx"+"x"
+		{"", true, []int32{8}},               // the dummy prefix alone
+		{"", false, nil},                     //
+		{"\xe2\x82", false, []int32{11, 12}}, // a truncated sequence is one symbol
+		{"\x82q", false, []int32{12, 18}},    // a stray continuation byte
+		{"qqqqqqqq", false, slices.Repeat([]int32{18}, 8)},
+	}
+	for _, tc := range tests {
+		got := s.encode(nil, tc.text, tc.prefix)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("encode(%q, %v) = %v, want %v", tc.text, tc.prefix, got, tc.want)
+		}
+	}
+}
+
+func TestNewSPMErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		v    Vocab
+		want string
+	}{
+		{"short scores", Vocab{Tokens: []string{"a", "b"}, Scores: []float32{0}, UNK: 0}, "1 scores for 2 tokens"},
+		{"short types", Vocab{Tokens: []string{"a", "b"}, Types: []TokenType{1}, UNK: 0}, "1 token types for 2 tokens"},
+		{"duplicate", Vocab{Tokens: []string{"a", "b", "a"}, UNK: 0}, `token 2 "a" repeats token 0`},
+		{"unk out of range", Vocab{Tokens: []string{"a"}, UNK: 1}, "unknown token id 1"},
+		{"no fallback", Vocab{Tokens: []string{"a"}, UNK: -1}, "no token for byte 0x00"},
+	}
+	for _, tc := range tests {
+		if _, err := newSPM(&tc.v); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// spWarAndPeace returns the shared novel cut into lines and into paragraphs
+// (blocks between blank lines), the fragments a chat prompt is made of.
+func spWarAndPeace(b testing.TB) (text string, lines, paragraphs []string) {
+	b.Helper()
+	data, err := os.ReadFile(spTestdata(b, "ollama-tokenizer", "war-and-peace.txt"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	text = strings.ReplaceAll(string(data), "\r\n", "\n")
+	for _, l := range strings.Split(text, "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	for _, p := range strings.Split(text, "\n\n") {
+		if p = strings.Trim(p, "\n"); p != "" {
+			paragraphs = append(paragraphs, p)
+		}
+	}
+	return text, lines, paragraphs
+}
+
+func BenchmarkSPMEncode(b *testing.B) {
+	_, s := spLoadSPM(b, "ggml-vocab-llama-spm.gguf")
+	text, lines, paragraphs := spWarAndPeace(b)
+	noSpaces := strings.Join(strings.Fields(text), "")
+	for _, bc := range []struct {
+		name  string
+		frags []string
+	}{
+		{"lines", lines},
+		{"paragraphs", paragraphs},
+		{"nospace-100KB", []string{noSpaces[:100_000]}},
+		{"nospace-1MB", []string{noSpaces[:1_000_000]}},
+		{"same-char-1MB", []string{strings.Repeat("a", 1_000_000)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			n := 0
+			for _, f := range bc.frags {
+				n += len(f)
+			}
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			dst := make([]int32, 0, n)
+			for b.Loop() {
+				for _, f := range bc.frags {
+					dst = s.encode(dst[:0], f, true)
+				}
+			}
+		})
+	}
+}
