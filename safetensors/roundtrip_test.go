@@ -34,8 +34,11 @@ type testTensor struct {
 func everyDType() []testTensor {
 	var ts []testTensor
 	for i, dt := range safetensors.DTypes() {
-		shape := []int64{2, 3}
-		ts = append(ts, testTensor{"t." + strings.ToLower(string(dt)), dt, shape, pattern(6*dt.Size(), byte(i))})
+		data := pattern(6*dt.Size(), byte(i))
+		if dt == safetensors.BOOL {
+			data = []byte{0, 1, 1, 0, 0, 1} // only 0 and 1 are booleans to torch
+		}
+		ts = append(ts, testTensor{"t." + strings.ToLower(string(dt)), dt, []int64{2, 3}, data})
 	}
 	ts = append(ts,
 		testTensor{"scalar", safetensors.F32, []int64{}, pattern(4, 99)},
