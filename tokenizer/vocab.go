@@ -35,4 +35,10 @@ type Vocab struct {
 	RemoveExtraSpaces       bool
 	EscapeWhitespaces       bool // SentencePiece: spaces become "▁" (true for llama)
 	TreatWhitespaceAsSuffix bool
+
+	// Set by loaders that know them; the zero values are llama.cpp's defaults.
+	IgnoreMerges bool    // BPE: a pre-token that is a normal token is kept whole (HF ignore_merges)
+	NFC          bool    // normalize text to Unicode NFC before segmenting it
+	EOG          []int32 // end-of-generation ids besides EOS (GGUF eot/eom ids, HF generation_config)
+	ChatTemplate string  // Jinja chat template shipped with the vocabulary, if any
 }
