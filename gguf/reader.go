@@ -34,6 +34,9 @@ const KeyAlignment = "general.alignment"
 // MaxDims is the most dimensions a tensor may have (GGML_MAX_DIMS).
 const MaxDims = 4
 
+// maxAlignment bounds general.alignment; real files use 32 to 4096.
+const maxAlignment = 1 << 20
+
 // maxNesting bounds nested arrays so a hostile file cannot recurse deeply.
 const maxNesting = 8
 
@@ -432,8 +435,11 @@ func parse(r io.ReaderAt, size int64, name string) (*File, error) {
 	if v, ok := f.KV(KeyAlignment); ok {
 		p.where = fmt.Sprintf("key %q", KeyAlignment)
 		a, ok := v.Uint()
-		if !ok || a == 0 || a&(a-1) != 0 || a > 1<<30 {
+		if !ok || a == 0 || a&(a-1) != 0 {
 			return nil, p.fail(-1, "alignment %s is not a power of two", v)
+		}
+		if a > maxAlignment {
+			return nil, p.fail(-1, "alignment %d exceeds the limit %d", a, maxAlignment)
 		}
 		f.Alignment = a
 	}
@@ -508,6 +514,10 @@ func (p *parser) tensorInfo(align uint64) (TensorInfo, error) {
 // checkTensorPlacement verifies that every tensor lies inside the file and
 // that no two overlap.
 func checkTensorPlacement(f *File) error {
+	if len(f.Tensors) > 0 && f.DataOffset > f.Size {
+		return &FormatError{File: f.Name, Where: "header", Offset: -1,
+			Msg: fmt.Sprintf("data section would start at byte %d, past the end of the %d-byte file", f.DataOffset, f.Size)}
+	}
 	dataLen := uint64(0)
 	if f.Size > f.DataOffset {
 		dataLen = uint64(f.Size - f.DataOffset)

@@ -176,7 +176,8 @@ func (v Value) String() string {
 		}
 		return strconv.FormatFloat(f, 'g', -1, bits)
 	case TypeArray:
-		return v.arr.summary(8)
+		budget := 64
+		return v.arr.summary(8, &budget)
 	}
 	if i, ok := v.Int(); ok {
 		return strconv.FormatInt(i, 10)
@@ -186,9 +187,18 @@ func (v Value) String() string {
 }
 
 // Interface converts the value to a plain Go value for JSON: numbers, bool,
-// string, or []any for arrays (arrays longer than maxArray are cut to their
-// first maxArray elements; maxArray < 0 means no limit).
+// string, or []any for arrays. At most maxArray elements of each array are
+// kept (maxArray < 0: all), and nested arrays share one budget of
+// maxArray*maxArray elements so deep nesting cannot blow up.
 func (v Value) Interface(maxArray int) any {
+	budget := -1
+	if maxArray >= 0 {
+		budget = maxArray * maxArray
+	}
+	return v.toAny(maxArray, &budget)
+}
+
+func (v Value) toAny(maxArray int, budget *int) any {
 	switch v.typ {
 	case TypeString:
 		return v.str
@@ -205,12 +215,15 @@ func (v Value) Interface(maxArray int) any {
 		if maxArray >= 0 && n > maxArray {
 			n = maxArray
 		}
-		out := make([]any, 0, n)
+		out := make([]any, 0, min(n, 64))
 		for i, e := range v.arr.All() {
-			if i >= n {
+			if i >= n || *budget == 0 {
 				break
 			}
-			out = append(out, e.Interface(maxArray))
+			if *budget > 0 {
+				*budget--
+			}
+			out = append(out, e.toAny(maxArray, budget))
 		}
 		return out
 	}
@@ -398,14 +411,21 @@ func (a Array) Int64s() ([]int64, error) {
 	return out, nil
 }
 
-func (a Array) summary(max int) string {
+// summary formats up to max elements; nested arrays share budget so
+// formatting stays linear however deep the nesting.
+func (a Array) summary(max int, budget *int) string {
 	s := "[" + a.elem.String() + " × " + strconv.FormatUint(a.n, 10) + ":"
 	for i, v := range a.All() {
-		if i >= max {
+		if i >= max || *budget <= 0 {
 			s += " …"
 			break
 		}
-		s += " " + v.String()
+		*budget--
+		if v.typ == TypeArray {
+			s += " " + v.arr.summary(max, budget)
+		} else {
+			s += " " + v.String()
+		}
 	}
 	return s + "]"
 }

@@ -153,8 +153,12 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		}
 		return n, bw.Flush()
 	}
-	if err := write(zeros[:dataStart-uint64(len(hdr))]); err != nil {
-		return n, err
+	for k := dataStart - uint64(len(hdr)); k > 0; {
+		c := min(k, uint64(len(zeros)))
+		if err := write(zeros[:c]); err != nil {
+			return n, err
+		}
+		k -= c
 	}
 	for _, i := range order {
 		t := w.tensors[i]
