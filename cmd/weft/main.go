@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 )
 
@@ -112,8 +111,5 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			continue
-		}
 	}
 }
