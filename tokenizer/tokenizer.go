@@ -1,0 +1,235 @@
+package tokenizer
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Tokenizer encodes text to token ids and decodes ids to text for one
+// vocabulary. It is safe for concurrent use.
+type Tokenizer struct {
+	v       *Vocab
+	types   []TokenType // per id, with end-of-generation tokens forced to control
+	special *specialSplitter
+	pieces  []string // per id: the bytes the token stands for (see Piece)
+	eog     map[int32]bool
+
+	// One segmenter, by Vocab.Model.
+	spm     *spm            // "llama" with scores
+	spmBPE  *bpe            // "llama" with merges and no scores (HF BPE with byte fallback)
+	byteBPE *bpe            // "gpt2"
+	pre     *preTokenizer   // with byteBPE
+	wpm     fragmentEncoder // "bert"
+}
+
+// fragmentEncoder segments text that holds no special token.
+type fragmentEncoder interface {
+	encode(dst []int32, text string) []int32
+}
+
+// eogTexts are tokens that end a turn or a document in common chat models;
+// like llama.cpp, a vocabulary that has one stops generation on it.
+var eogTexts = []string{
+	"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+	"<|endoftext|>", "</s>", "<EOT>", "<｜end▁of▁sentence｜>",
+	"<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+}
+
+// New builds a tokenizer for v. v must not be changed afterwards.
+func New(v *Vocab) (*Tokenizer, error) {
+	n := len(v.Tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("tokenizer: empty vocabulary")
+	}
+	if len(v.Types) != 0 && len(v.Types) != n {
+		return nil, fmt.Errorf("tokenizer: %d token types for %d tokens", len(v.Types), n)
+	}
+	for _, id := range []struct {
+		name string
+		id   int32
+	}{{"BOS", v.BOS}, {"EOS", v.EOS}, {"UNK", v.UNK}, {"PAD", v.PAD}, {"SEP", v.SEP}, {"MASK", v.MASK}} {
+		if id.id < -1 || int(id.id) >= n {
+			return nil, fmt.Errorf("tokenizer: %s id %d outside the vocabulary of %d tokens", id.name, id.id, n)
+		}
+	}
+	t := &Tokenizer{v: v, types: make([]TokenType, n), eog: map[int32]bool{}}
+	for i := range t.types {
+		t.types[i] = tokenTypeOf(v, int32(i))
+	}
+	if err := t.findEOG(); err != nil {
+		return nil, err
+	}
+	var err error
+	switch v.Model {
+	case "llama":
+		if len(v.Scores) == 0 && len(v.Merges) > 0 {
+			t.spmBPE, err = newBPE(v, false, v.IgnoreMerges)
+		} else {
+			t.spm, err = newSPM(v)
+		}
+	case "gpt2":
+		var spec preTokenizerSpec
+		if t.pre, spec, err = ggufPreTokenizer(v.Pre); err == nil {
+			t.byteBPE, err = newBPE(v, true, v.IgnoreMerges || spec.ignoreMerges)
+		}
+	default:
+		err = fmt.Errorf("unsupported tokenizer model %q", v.Model)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t.special = newSpecialSplitter(v, t.types)
+	t.pieces = make([]string, n)
+	for i := range t.pieces {
+		t.pieces[i] = t.piece(int32(i))
+	}
+	return t, nil
+}
+
+// tokenTypeOf returns the type of token id; a vocabulary without types has
+// only normal tokens.
+func tokenTypeOf(v *Vocab, id int32) TokenType {
+	if len(v.Types) == 0 {
+		return TypeNormal
+	}
+	return v.Types[id]
+}
+
+// findEOG collects the end-of-generation ids: EOS, Vocab.EOG and the tokens
+// named in eogTexts, which are then treated as control tokens.
+func (t *Tokenizer) findEOG() error {
+	if t.v.EOS >= 0 {
+		t.eog[t.v.EOS] = true
+	}
+	for _, id := range t.v.EOG {
+		if id < 0 || int(id) >= len(t.v.Tokens) {
+			return fmt.Errorf("tokenizer: end-of-generation id %d outside the vocabulary of %d tokens", id, len(t.v.Tokens))
+		}
+		t.eog[id] = true
+	}
+	want := make(map[string]bool, len(eogTexts))
+	for _, s := range eogTexts {
+		want[s] = true
+	}
+	for id, text := range t.v.Tokens {
+		if want[text] {
+			t.eog[int32(id)] = true
+			t.types[id] = TypeControl
+		}
+	}
+	return nil
+}
+
+// Vocab returns the vocabulary the tokenizer was built from.
+func (t *Tokenizer) Vocab() *Vocab { return t.v }
+
+// Len returns the number of tokens in the vocabulary.
+func (t *Tokenizer) Len() int { return len(t.v.Tokens) }
+
+// BOS returns the beginning-of-sequence id, -1 if none.
+func (t *Tokenizer) BOS() int32 { return t.v.BOS }
+
+// EOS returns the end-of-sequence id, -1 if none.
+func (t *Tokenizer) EOS() int32 { return t.v.EOS }
+
+// IsEOG reports whether generating id ends the generation: EOS, or a token
+// that ends a turn (<|eot_id|>, <|im_end|>, <end_of_turn>, ...).
+func (t *Tokenizer) IsEOG(id int32) bool { return t.eog[id] }
+
+// EOG returns the end-of-generation ids in increasing order.
+func (t *Tokenizer) EOG() []int32 {
+	ids := make([]int32, 0, len(t.eog))
+	for id := range int32(len(t.v.Tokens)) {
+		if t.eog[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// ChatTemplate returns the Jinja chat template that came with the
+// vocabulary, or "".
+func (t *Tokenizer) ChatTemplate() string { return t.v.ChatTemplate }
+
+// Type returns the type of token id, TypeUndefined for an id outside the
+// vocabulary.
+func (t *Tokenizer) Type(id int32) TokenType {
+	if id < 0 || int(id) >= len(t.types) {
+		return TypeUndefined
+	}
+	return t.types[id]
+}
+
+// ID returns the id of the token whose text is exactly text.
+func (t *Tokenizer) ID(text string) (int32, bool) {
+	for id, s := range t.v.Tokens {
+		if s == text {
+			return int32(id), true
+		}
+	}
+	return -1, false
+}
+
+// Encode returns the ids of text. With addSpecial it adds the BOS and EOS
+// tokens the model asks for (a WordPiece model: [CLS] and [SEP]). With
+// parseSpecial the text of control tokens ("<|im_start|>") becomes those
+// tokens; without it, it is encoded as text. User-defined tokens are always
+// matched, as llama.cpp and Hugging Face do.
+func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
+	return t.AppendEncode(nil, text, addSpecial, parseSpecial)
+}
+
+// AppendEncode is Encode appending to dst.
+func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpecial bool) []int32 {
+	v := t.v
+	bert := v.Model == "bert"
+	if addSpecial && (v.AddBOS || bert) && v.BOS >= 0 {
+		dst = append(dst, v.BOS)
+	}
+	prevSpecial := true // SentencePiece adds its space prefix at the start and after a special token
+	for i := 0; i < len(text); {
+		start, end, id := t.special.next(text, i, parseSpecial)
+		if start < 0 {
+			start, end = len(text), len(text)
+		}
+		if start > i {
+			dst = t.encodeFragment(dst, text[i:start], prevSpecial)
+			prevSpecial = false
+		}
+		if id >= 0 {
+			dst = append(dst, id)
+			prevSpecial = true
+		}
+		i = end
+	}
+	switch {
+	case addSpecial && bert && v.SEP >= 0:
+		dst = append(dst, v.SEP)
+	case addSpecial && v.AddEOS && v.EOS >= 0:
+		dst = append(dst, v.EOS)
+	}
+	return dst
+}
+
+// encodeFragment segments text that holds no special token.
+func (t *Tokenizer) encodeFragment(dst []int32, text string, prevSpecial bool) []int32 {
+	if t.v.NFC {
+		text = nfc(text)
+	}
+	switch {
+	case t.spm != nil:
+		return t.spm.encode(dst, text, t.v.AddSpacePrefix && prevSpecial)
+	case t.spmBPE != nil:
+		var b strings.Builder
+		if t.v.AddSpacePrefix && prevSpecial {
+			b.WriteString(spmSpace)
+		}
+		b.WriteString(strings.ReplaceAll(text, " ", spmSpace))
+		return t.spmBPE.encode(dst, b.String())
+	case t.byteBPE != nil:
+		t.pre.split(text, func(piece string) { dst = t.byteBPE.encode(dst, piece) })
+		return dst
+	default:
+		return t.wpm.encode(dst, text)
+	}
+}
