@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 )
 
@@ -28,6 +29,13 @@ type spm struct {
 	byteIDs [256]int32       // <0xNN> token per byte, -1 if absent
 	unk     int32
 	maxLen  int // longest mergeable piece, in bytes
+	// words is set when no merge can join a character to a "▁" after it
+	// (no piece has one inside) and no unused piece can form: then every
+	// such "▁" starts an independent word, and words are cached.
+	words bool
+	// isolated marks the ASCII characters in no longer piece, such as a
+	// newline in most vocabularies: no merge crosses them either.
+	isolated [128]bool
 
 	scratch sync.Pool // *spmScratch
 }
@@ -58,7 +66,21 @@ type spmScratch struct {
 	// splits records, for the text of each unused piece a merge formed, the
 	// length of its left part (SentencePiece's rev_merge). Rarely used.
 	splits map[string]int
+	// cache maps a word's text to its tokens, held in arena.
+	cache map[string]spmSpan
+	arena []int32
 }
+
+type spmSpan struct{ off, n int32 }
+
+// Word cache bounds: words longer than spmCacheWordLen bytes are not kept,
+// and once spmCacheWords words are kept no more are added, so that a long
+// text of ever new words costs no allocations (the first words of a text
+// are its most common ones).
+const (
+	spmCacheWordLen = 64
+	spmCacheWords   = 1 << 15
+)
 
 // spmSpace is U+2581, which stands for a space inside SentencePiece pieces.
 const spmSpace = "\u2581"
@@ -123,8 +145,64 @@ func newSPM(v *Vocab) (*spm, error) {
 		}
 	}
 	s.pairs = newSPMPairs(s.ids)
+	s.words = !s.spaceInside() && !s.unusedReachable()
+	for c := range s.isolated {
+		s.isolated[c] = true
+	}
+	for tok := range s.ids {
+		if len(tok) > 1 {
+			for i := 0; i < len(tok); i++ {
+				if c := tok[i]; c < 0x80 {
+					s.isolated[c] = false
+				}
+			}
+		}
+	}
 	s.scratch.New = func() any { return new(spmScratch) }
 	return s, nil
+}
+
+// spaceInside reports whether a piece has "▁" right after another character.
+func (s *spm) spaceInside() bool {
+	for tok := range s.ids {
+		for i := 1; i < len(tok); i++ {
+			j := strings.Index(tok[i:], spmSpace)
+			if j < 0 {
+				break
+			}
+			i += j
+			if i < len(spmSpace) || tok[i-len(spmSpace):i] != spmSpace {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unusedReachable reports whether merging can form an unused piece: it is
+// the join of two pieces, or holds a character that is no piece.
+func (s *spm) unusedReachable() bool {
+	if s.unused == nil {
+		return false
+	}
+	for _, id := range s.pairs.vals {
+		if s.unused[id] {
+			return true
+		}
+	}
+	for tok, id := range s.ids {
+		if !s.unused[id] {
+			continue
+		}
+		for off := 0; off < len(tok); {
+			n := min(int(spmCharLen[tok[off]>>4]), len(tok)-off)
+			if _, ok := s.ids[tok[off:off+n]]; !ok {
+				return true
+			}
+			off += n
+		}
+	}
+	return false
 }
 
 // spmByteToken recognises SentencePiece's byte pieces "<0xNN>" (upper-case
@@ -174,15 +252,70 @@ func (s *spm) encode(dst []int32, text string, prefixSpace bool) []int32 {
 		}
 	}
 	sc.text = buf
+	if !s.words {
+		return s.merge(dst, sc, buf)
+	}
 
-	syms := sc.syms[:0]
-	for off := int32(0); off < int32(len(buf)); {
+	// A word runs from a "▁" that follows another character to the next
+	// one; an isolated character is a word of its own.
+	start, prevSpace := 0, false
+	for off := 0; off < len(buf); {
 		c := buf[off]
-		n := min(spmCharLen[c>>4], int32(len(buf))-off)
+		if c < 0x80 && s.isolated[c] {
+			if off > start {
+				dst = s.word(dst, sc, buf[start:off])
+			}
+			dst = s.merge(dst, sc, buf[off:off+1])
+			off++
+			start, prevSpace = off, false
+			continue
+		}
+		n := min(int(spmCharLen[c>>4]), len(buf)-off)
+		space := n == 3 && c == 0xE2 && buf[off+1] == 0x96 && buf[off+2] == 0x81
+		if space && !prevSpace && off > start {
+			dst = s.word(dst, sc, buf[start:off])
+			start = off
+		}
+		prevSpace = space
+		off += n
+	}
+	if start < len(buf) {
+		dst = s.word(dst, sc, buf[start:])
+	}
+	return dst
+}
+
+// word appends the tokens of one word, from the cache when it is there.
+func (s *spm) word(dst []int32, sc *spmScratch, w []byte) []int32 {
+	if len(w) > spmCacheWordLen {
+		return s.merge(dst, sc, w)
+	}
+	if sp, ok := sc.cache[string(w)]; ok {
+		return append(dst, sc.arena[sp.off:sp.off+sp.n]...)
+	}
+	n0 := len(dst)
+	dst = s.merge(dst, sc, w)
+	if sc.cache == nil {
+		sc.cache = make(map[string]spmSpan)
+	}
+	if len(sc.cache) < spmCacheWords {
+		sc.cache[string(w)] = spmSpan{off: int32(len(sc.arena)), n: int32(len(dst) - n0)}
+		sc.arena = append(sc.arena, dst[n0:]...)
+	}
+	return dst
+}
+
+// merge appends the tokens of text: it is cut into characters and pairs
+// are joined best score first until none forms a piece.
+func (s *spm) merge(dst []int32, sc *spmScratch, text []byte) []int32 {
+	syms := sc.syms[:0]
+	for off := int32(0); off < int32(len(text)); {
+		c := text[off]
+		n := min(spmCharLen[c>>4], int32(len(text))-off)
 		id := int32(-1)
 		if c < 0x80 {
 			id = s.ascii[c]
-		} else if x, ok := s.ids[string(buf[off:off+n])]; ok {
+		} else if x, ok := s.ids[string(text[off:off+n])]; ok {
 			id = x
 		}
 		k := int32(len(syms))
@@ -194,7 +327,7 @@ func (s *spm) encode(dst []int32, text string, prefixSpace bool) []int32 {
 
 	h := sc.heap[:0]
 	for i := 1; i < len(syms); i++ {
-		h = s.pushBigram(sc, h, int32(i-1), int32(i))
+		h = s.pushBigram(sc, h, text, int32(i-1), int32(i))
 	}
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		spmDown(h, i)
@@ -220,11 +353,11 @@ func (s *spm) encode(dst []int32, text string, prefixSpace bool) []int32 {
 			syms[r.next].prev = left
 		}
 		if l.prev >= 0 {
-			h = s.pushBigram(sc, h, l.prev, left)
+			h = s.pushBigram(sc, h, text, l.prev, left)
 			spmUp(h, len(h)-1)
 		}
 		if l.next >= 0 {
-			h = s.pushBigram(sc, h, left, l.next)
+			h = s.pushBigram(sc, h, text, left, l.next)
 			spmUp(h, len(h)-1)
 		}
 	}
@@ -235,7 +368,7 @@ func (s *spm) encode(dst []int32, text string, prefixSpace bool) []int32 {
 		if sym.id >= 0 && (s.unused == nil || !s.unused[sym.id]) {
 			dst = append(dst, sym.id)
 		} else {
-			dst = s.resegment(dst, sc, buf[sym.start:sym.start+sym.n])
+			dst = s.resegment(dst, sc, text[sym.start:sym.start+sym.n])
 		}
 	}
 	if sc.splits != nil {
@@ -246,7 +379,7 @@ func (s *spm) encode(dst []int32, text string, prefixSpace bool) []int32 {
 
 // pushBigram appends the merge of symbols left and right as a candidate if
 // their joined text is a piece; the caller restores the heap order.
-func (s *spm) pushBigram(sc *spmScratch, h []spmBigram, left, right int32) []spmBigram {
+func (s *spm) pushBigram(sc *spmScratch, h []spmBigram, text []byte, left, right int32) []spmBigram {
 	l, r := &sc.syms[left], &sc.syms[right]
 	size := l.n + r.n
 	if int(size) > s.maxLen {
@@ -259,7 +392,7 @@ func (s *spm) pushBigram(sc *spmScratch, h []spmBigram, left, right int32) []spm
 		}
 	} else {
 		// A character that is no piece may still start or end one.
-		x, ok := s.ids[string(sc.text[l.start:l.start+size])]
+		x, ok := s.ids[string(text[l.start:l.start+size])]
 		if !ok {
 			return h
 		}
@@ -274,7 +407,7 @@ func (s *spm) pushBigram(sc *spmScratch, h []spmBigram, left, right int32) []spm
 		if sc.splits == nil {
 			sc.splits = make(map[string]int)
 		}
-		sc.splits[string(sc.text[l.start:l.start+size])] = int(l.n)
+		sc.splits[string(text[l.start:l.start+size])] = int(l.n)
 	}
 	return h
 }

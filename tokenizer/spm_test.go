@@ -209,3 +209,34 @@ func BenchmarkSPMEncode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSPMMergeLines runs the merge alone on whole lines, with neither
+// the word cache nor the cut into words: llama.cpp's path.
+func BenchmarkSPMMergeLines(b *testing.B) {
+	_, s := spLoadSPM(b, "ggml-vocab-llama-spm.gguf")
+	_, lines, _ := spWarAndPeace(b)
+	escaped := make([][]byte, len(lines))
+	n := 0
+	for i, l := range lines {
+		escaped[i] = []byte(spmSpace + strings.ReplaceAll(l, " ", spmSpace))
+		n += len(l)
+	}
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	sc := new(spmScratch)
+	var dst []int32
+	for b.Loop() {
+		for _, e := range escaped {
+			dst = s.merge(dst[:0], sc, e)
+		}
+	}
+}
+
+func TestSPMEncodeAllocs(t *testing.T) {
+	_, s := spLoadSPM(t, "ggml-vocab-llama-spm.gguf")
+	text := "It was in July, 1805, and the speaker was the well-known Anna Pavlovna\nScherer, maid of honor and favorite of the Empress Marya Fedorovna. ¿Qué? 😁"
+	dst := s.encode(nil, text, true)
+	if n := testing.AllocsPerRun(100, func() { dst = s.encode(dst[:0], text, true) }); n != 0 {
+		t.Errorf("%v allocations per encode once warm, want 0", n)
+	}
+}
