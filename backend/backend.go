@@ -1,0 +1,210 @@
+// Package backend defines the seam between the engine and the hardware: a
+// Program — the per-token plan, a flat list of operations over numbered
+// activation buffers, built once per model — and the Backend interface that
+// turns a Program into something it can replay for every batch of tokens
+// with only the token ids, positions and sequence slots changing.
+//
+// The model code (package engine) emits a Program from an architecture
+// descriptor and never asks which device runs it; a backend never asks
+// which architecture it runs.
+package backend
+
+import (
+	"fmt"
+
+	"github.com/weftlm/weft/weights"
+)
+
+// BufID names an activation buffer of a Program: a [MaxRows, Cols] matrix
+// of float32, one row per token of the batch.
+type BufID int
+
+// WeightID names a weight of a Program.
+type WeightID int
+
+// NoWeight marks an absent optional weight (a bias, say).
+const NoWeight WeightID = -1
+
+// OpKind is an operation.
+type OpKind int
+
+// Operations. Unless noted, an op works on every row of the batch (Rows)
+// or, with OnSelected, on the rows the batch asks logits for.
+const (
+	// OpEmbed: Out[r] = dequant(Embedding[token[r]]) * Scale.
+	OpEmbed OpKind = iota
+	// OpRMSNorm: Out[r] = A[r] / rms(A[r]) * W, over groups of Group
+	// columns (Group = Cols for a whole-row norm, HeadDim for QK-norm).
+	OpRMSNorm
+	// OpMatMul: Out[r] = W · A[r] (+ Bias). W is [Out cols, A cols].
+	OpMatMul
+	// OpRope rotates A in place: NHeads heads of HeadDim, the first RopeDim
+	// dims of each, pairing by Layout, at each row's position, with the
+	// frequencies of rope table Table.
+	OpRope
+	// OpStoreKV writes K=A and V=B rows into layer Layer's cache at each
+	// row's slot and position.
+	OpStoreKV
+	// OpAttention: Out[r] = softmax(Scale * Q[r]·K + mask) · V over layer
+	// Layer's cache for the row's slot, positions [pos-Window+1, pos]
+	// (Window 0: [0, pos]); Q = A with NHeads heads, NKVHeads kv heads.
+	OpAttention
+	// OpAdd: Out = A + B.
+	OpAdd
+	// OpGLU: Out = act(A) * B with act = Act.
+	OpGLU
+	// OpGather: Out[i] = A[selected[i]], switching to the selected rows.
+	OpGather
+	// OpSoftcap: Out = Cap * tanh(A / Cap).
+	OpSoftcap
+)
+
+var opNames = [...]string{"embed", "rmsnorm", "matmul", "rope", "store_kv", "attention", "add", "glu", "gather", "softcap"}
+
+func (k OpKind) String() string {
+	if int(k) < len(opNames) {
+		return opNames[k]
+	}
+	return fmt.Sprintf("op(%d)", int(k))
+}
+
+// Activation functions for OpGLU.
+const (
+	ActSiLU     = 0 // x * sigmoid(x)
+	ActGELUTanh = 1 // 0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))
+)
+
+// RoPE pairings.
+const (
+	RopeInterleaved = 0 // (x0,x1), (x2,x3), …
+	RopeNeoX        = 1 // (x_i, x_{i+d/2})
+)
+
+// Op is one entry of the plan. Fields unused by its Kind are zero.
+type Op struct {
+	Kind       OpKind
+	Layer      int // transformer layer, or -1 for embedding/output ops
+	Out, A, B  BufID
+	W, Bias    WeightID
+	OnSelected bool // operate on the selected (logit) rows
+
+	Eps     float32 // RMSNorm
+	Group   int     // RMSNorm group width
+	Scale   float32 // Embed multiplier; Attention score scale
+	Cap     float32 // Softcap; Attention score soft-cap (0 = none)
+	Act     int     // GLU activation
+	Table   int     // RoPE table index
+	Layout  int     // RoPE pairing
+	NHeads  int
+	NKV     int
+	HeadDim int
+	RopeDim int
+	Window  int // attention sliding window (0 = none)
+}
+
+// Weight is a tensor the Program reads. The backend uploads Data in its
+// stored type (possibly repacking it); norm vectors arrive already as
+// float32 with any offset applied.
+type Weight struct {
+	Name   string // canonical name, for errors
+	Tensor *weights.Tensor
+	Data   weights.Data
+	// F32 holds vectors the engine prepared (norm weights with offsets,
+	// biases); when set it replaces Data.
+	F32 []float32
+}
+
+// RopeTable is a set of rotary inverse frequencies: angle(pos, i) =
+// pos * InvFreq[i] for i < RopeDim/2.
+type RopeTable struct {
+	InvFreq []float64
+}
+
+// Cache describes layer Layer's key/value cache: Capacity positions of
+// KVDim floats each for K and for V, per sequence slot. A sliding-window
+// layer needs only Window + MaxRows positions and is used as a ring.
+type Cache struct {
+	Layer    int
+	KVDim    int
+	Capacity int
+}
+
+// Program is the whole per-token plan of a model.
+type Program struct {
+	MaxRows int   // the most rows (tokens) one batch may carry
+	Slots   int   // independent sequences, each with its own caches
+	Context int   // positions run from 0 to Context-1
+	Bufs    []int // column count of each activation buffer
+	Weights []Weight
+	Ropes   []RopeTable
+	Caches  []Cache // one per layer, indexed by layer
+	Ops     []Op
+	Logits  BufID // where the selected rows' logits end up
+	Vocab   int
+}
+
+// Batch is the per-step input: Rows tokens, each with its position and
+// sequence slot, and the rows whose logits are wanted.
+type Batch struct {
+	Tokens   []int32
+	Pos      []int32
+	Slots    []int32
+	Selected []int32 // row indices, ascending; their logits are produced
+}
+
+// Validate checks a batch against the program's limits.
+func (p *Program) Validate(b *Batch) error {
+	n := len(b.Tokens)
+	if n == 0 || n > p.MaxRows {
+		return fmt.Errorf("batch of %d rows, want 1..%d", n, p.MaxRows)
+	}
+	if len(b.Pos) != n || len(b.Slots) != n {
+		return fmt.Errorf("batch has %d tokens, %d positions, %d slots", n, len(b.Pos), len(b.Slots))
+	}
+	if len(b.Selected) == 0 || len(b.Selected) > n {
+		return fmt.Errorf("batch selects %d rows of %d", len(b.Selected), n)
+	}
+	for i, r := range b.Selected {
+		if r < 0 || int(r) >= n || (i > 0 && r <= b.Selected[i-1]) {
+			return fmt.Errorf("selected rows %v not ascending within [0,%d)", b.Selected, n)
+		}
+	}
+	for i, s := range b.Slots {
+		if s < 0 || int(s) >= p.Slots {
+			return fmt.Errorf("row %d: slot %d outside [0,%d)", i, s, p.Slots)
+		}
+		if b.Pos[i] < 0 || int(b.Pos[i]) >= p.Context {
+			return fmt.Errorf("row %d: position %d outside the context [0,%d)", i, b.Pos[i], p.Context)
+		}
+	}
+	for i, t := range b.Tokens {
+		if t < 0 || int(t) >= p.Vocab {
+			return fmt.Errorf("row %d: token %d outside the vocabulary [0,%d)", i, t, p.Vocab)
+		}
+	}
+	return nil
+}
+
+// Backend compiles Programs for one kind of device.
+type Backend interface {
+	// Name identifies the backend ("cpu", "cuda:0").
+	Name() string
+	// Supports reports whether the backend can multiply by a weight of
+	// this type (a tensor's Type string as package weights spells it).
+	Supports(weightType string) bool
+	// Compile uploads the program's weights, allocates its buffers and
+	// caches, and returns an executable plan.
+	Compile(p *Program) (Exec, error)
+	// Close releases the backend.
+	Close() error
+}
+
+// Exec is a compiled Program.
+type Exec interface {
+	// Run executes the plan for one batch and copies the selected rows'
+	// logits into logits ([len(Selected), Vocab], row-major). Run never
+	// allocates.
+	Run(b *Batch, logits []float32) error
+	// Close frees the plan's buffers, caches and weights.
+	Close() error
+}

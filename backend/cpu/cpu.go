@@ -1,0 +1,312 @@
+// Package cpu is the CPU backend: it runs a backend.Program with float32
+// activations on a fixed pool of worker goroutines, multiplying directly by
+// weights in their stored (possibly quantized) type.
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// Backend is the CPU backend.
+type Backend struct {
+	threads int
+}
+
+// New returns a CPU backend using threads workers (0: one per CPU).
+func New(threads int) *Backend {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return &Backend{threads: threads}
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "cpu" }
+
+// Threads is the number of workers a compiled plan uses.
+func (b *Backend) Threads() int { return b.threads }
+
+// Supports implements backend.Backend.
+func (b *Backend) Supports(weightType string) bool { return supported[weightType] }
+
+// Close implements backend.Backend.
+func (b *Backend) Close() error { return nil }
+
+// kvCache holds one layer's keys and values for every slot:
+// k[slot][pos % capacity][kvDim].
+type kvCache struct {
+	k, v     []float32
+	capacity int
+	kvDim    int
+}
+
+// exec is a compiled program.
+type exec struct {
+	p     *backend.Program
+	pool  *pool
+	bufs  [][]float32 // [MaxRows * cols]
+	mats  []*matrix
+	kv    []kvCache
+	ropes []ropeState
+	ops   []step
+
+	// scratch per worker: a decoded weight row and attention scores.
+	rowScratch   [][]float32
+	scoreScratch [][]float32
+
+	// per-run state read by the op bodies
+	batch *backend.Batch
+	rows  int
+}
+
+// step is one compiled op: how many work items it has and its body.
+type step struct {
+	op    *backend.Op
+	items func() int
+	grain int
+	body  func(lo, hi, worker int)
+}
+
+type ropeState struct {
+	invFreq  []float64
+	half     int
+	cos, sin []float32 // [MaxRows * half], filled per run
+}
+
+// Compile implements backend.Backend.
+func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
+	if p.MaxRows <= 0 || p.Slots <= 0 {
+		return nil, fmt.Errorf("cpu: program with %d rows and %d slots", p.MaxRows, p.Slots)
+	}
+	e := &exec{p: p}
+	maxCols := 0
+	for _, c := range p.Bufs {
+		e.bufs = append(e.bufs, make([]float32, p.MaxRows*c))
+		maxCols = max(maxCols, c)
+	}
+	for i := range p.Weights {
+		m, err := newMatrix(&p.Weights[i])
+		if err != nil {
+			return nil, err
+		}
+		e.mats = append(e.mats, m)
+		maxCols = max(maxCols, m.cols)
+	}
+	maxCap := 0
+	for _, c := range p.Caches {
+		n := p.Slots * c.Capacity * c.KVDim
+		e.kv = append(e.kv, kvCache{k: make([]float32, n), v: make([]float32, n), capacity: c.Capacity, kvDim: c.KVDim})
+		maxCap = max(maxCap, c.Capacity)
+	}
+	for _, r := range p.Ropes {
+		half := len(r.InvFreq)
+		e.ropes = append(e.ropes, ropeState{invFreq: r.InvFreq, half: half, cos: make([]float32, p.MaxRows*half), sin: make([]float32, p.MaxRows*half)})
+	}
+	e.pool = newPool(b.threads)
+	for range b.threads {
+		e.rowScratch = append(e.rowScratch, make([]float32, maxCols))
+		e.scoreScratch = append(e.scoreScratch, make([]float32, maxCap))
+	}
+	for i := range p.Ops {
+		s, err := e.compileOp(&p.Ops[i])
+		if err != nil {
+			e.pool.close()
+			return nil, fmt.Errorf("cpu: op %d (%s, layer %d): %w", i, p.Ops[i].Kind, p.Ops[i].Layer, err)
+		}
+		e.ops = append(e.ops, s)
+	}
+	return e, nil
+}
+
+// Close implements backend.Exec.
+func (e *exec) Close() error {
+	if e.pool != nil {
+		e.pool.close()
+		e.pool = nil
+	}
+	e.bufs, e.mats, e.kv = nil, nil, nil
+	return nil
+}
+
+var errClosed = errors.New("cpu: plan is closed")
+
+// Run implements backend.Exec.
+func (e *exec) Run(b *backend.Batch, logits []float32) error {
+	if e.pool == nil {
+		return errClosed
+	}
+	if err := e.p.Validate(b); err != nil {
+		return err
+	}
+	if len(logits) != len(b.Selected)*e.p.Vocab {
+		return fmt.Errorf("cpu: logits buffer of %d floats, want %d", len(logits), len(b.Selected)*e.p.Vocab)
+	}
+	e.batch, e.rows = b, len(b.Tokens)
+	for i := range e.ropes {
+		e.fillRope(&e.ropes[i])
+	}
+	for i := range e.ops {
+		s := &e.ops[i]
+		e.pool.parallel(s.items(), s.grain, s.body)
+	}
+	copy(logits, e.bufs[e.p.Logits][:len(logits)])
+	e.batch = nil
+	return nil
+}
+
+// fillRope computes cos and sin of every row's angles once per run; every
+// layer using the table shares them.
+func (e *exec) fillRope(r *ropeState) {
+	for row := 0; row < e.rows; row++ {
+		pos := float64(e.batch.Pos[row])
+		for i, f := range r.invFreq {
+			s, c := math.Sincos(pos * f)
+			r.cos[row*r.half+i] = float32(c)
+			r.sin[row*r.half+i] = float32(s)
+		}
+	}
+}
+
+func (e *exec) rowCount(op *backend.Op) int {
+	if op.OnSelected {
+		return len(e.batch.Selected)
+	}
+	return e.rows
+}
+
+// compileOp binds an op to its buffers and weights and returns its body.
+func (e *exec) compileOp(op *backend.Op) (step, error) {
+	p := e.p
+	bufOK := func(ids ...backend.BufID) error {
+		for _, id := range ids {
+			if id < 0 || int(id) >= len(p.Bufs) {
+				return fmt.Errorf("buffer %d out of range", id)
+			}
+		}
+		return nil
+	}
+	weightOK := func(id backend.WeightID, optional bool) (*matrix, error) {
+		if id == backend.NoWeight && optional {
+			return nil, nil
+		}
+		if id < 0 || int(id) >= len(e.mats) {
+			return nil, fmt.Errorf("weight %d out of range", id)
+		}
+		return e.mats[id], nil
+	}
+	rows := func() int { return e.rowCount(op) }
+	switch op.Kind {
+	case backend.OpEmbed:
+		m, err := weightOK(op.W, false)
+		if err != nil {
+			return step{}, err
+		}
+		if err := bufOK(op.Out); err != nil {
+			return step{}, err
+		}
+		if p.Bufs[op.Out] != m.cols {
+			return step{}, fmt.Errorf("embedding %q has %d columns, buffer %d", m.name, m.cols, p.Bufs[op.Out])
+		}
+		return step{op: op, items: rows, grain: 1, body: e.embedBody(op, m)}, nil
+	case backend.OpRMSNorm:
+		m, err := weightOK(op.W, false)
+		if err != nil {
+			return step{}, err
+		}
+		if err := bufOK(op.Out, op.A); err != nil {
+			return step{}, err
+		}
+		if m.cols != op.Group || p.Bufs[op.A]%op.Group != 0 || p.Bufs[op.Out] != p.Bufs[op.A] || m.f32 == nil {
+			return step{}, fmt.Errorf("norm %q of %d (f32=%v) over groups of %d in %d columns", m.name, m.cols, m.f32 != nil, op.Group, p.Bufs[op.A])
+		}
+		return step{op: op, items: rows, grain: 1, body: e.normBody(op, m)}, nil
+	case backend.OpMatMul:
+		m, err := weightOK(op.W, false)
+		if err != nil {
+			return step{}, err
+		}
+		bias, err := weightOK(op.Bias, true)
+		if err != nil {
+			return step{}, err
+		}
+		if err := bufOK(op.Out, op.A); err != nil {
+			return step{}, err
+		}
+		if m.cols != p.Bufs[op.A] || m.rows != p.Bufs[op.Out] {
+			return step{}, fmt.Errorf("weight %q is %dx%d but maps %d to %d columns", m.name, m.rows, m.cols, p.Bufs[op.A], p.Bufs[op.Out])
+		}
+		if bias != nil && (bias.f32 == nil || bias.cols != m.rows) {
+			return step{}, fmt.Errorf("bias %q has %d values for %d outputs", bias.name, bias.cols, m.rows)
+		}
+		return step{op: op, items: func() int { return m.rows }, grain: 8, body: e.matmulBody(op, m, bias)}, nil
+	case backend.OpRope:
+		if err := bufOK(op.A); err != nil {
+			return step{}, err
+		}
+		if op.Table < 0 || op.Table >= len(e.ropes) || e.ropes[op.Table].half*2 != op.RopeDim || op.NHeads*op.HeadDim != p.Bufs[op.A] || op.RopeDim > op.HeadDim {
+			return step{}, fmt.Errorf("rope table %d for %d heads of %d (rope dim %d) in %d columns", op.Table, op.NHeads, op.HeadDim, op.RopeDim, p.Bufs[op.A])
+		}
+		return step{op: op, items: rows, grain: 1, body: e.ropeBody(op)}, nil
+	case backend.OpStoreKV:
+		if err := bufOK(op.A, op.B); err != nil {
+			return step{}, err
+		}
+		if op.Layer < 0 || op.Layer >= len(e.kv) || e.kv[op.Layer].kvDim != p.Bufs[op.A] || p.Bufs[op.B] != p.Bufs[op.A] {
+			return step{}, fmt.Errorf("kv store for layer %d of %d columns", op.Layer, p.Bufs[op.A])
+		}
+		return step{op: op, items: rows, grain: 4, body: e.storeKVBody(op)}, nil
+	case backend.OpAttention:
+		if err := bufOK(op.Out, op.A); err != nil {
+			return step{}, err
+		}
+		if op.Layer < 0 || op.Layer >= len(e.kv) || op.NKV <= 0 || op.NHeads%op.NKV != 0 ||
+			e.kv[op.Layer].kvDim != op.NKV*op.HeadDim || p.Bufs[op.A] != op.NHeads*op.HeadDim || p.Bufs[op.Out] != p.Bufs[op.A] {
+			return step{}, fmt.Errorf("attention of %d heads (%d kv) of %d over a %d-wide cache", op.NHeads, op.NKV, op.HeadDim, e.kv[op.Layer].kvDim)
+		}
+		need := p.Context
+		if op.Window > 0 {
+			need = min(p.Context, op.Window+p.MaxRows-1)
+		}
+		if e.kv[op.Layer].capacity < need {
+			return step{}, fmt.Errorf("ring cache of %d positions cannot hold a window of %d plus %d rows", e.kv[op.Layer].capacity, op.Window, p.MaxRows)
+		}
+		heads := op.NHeads
+		return step{op: op, items: func() int { return e.rows * heads }, grain: 1, body: e.attentionBody(op)}, nil
+	case backend.OpAdd, backend.OpGLU:
+		if err := bufOK(op.Out, op.A, op.B); err != nil {
+			return step{}, err
+		}
+		if p.Bufs[op.Out] != p.Bufs[op.A] || p.Bufs[op.B] != p.Bufs[op.A] {
+			return step{}, fmt.Errorf("%s over buffers of %d, %d and %d columns", op.Kind, p.Bufs[op.Out], p.Bufs[op.A], p.Bufs[op.B])
+		}
+		if op.Kind == backend.OpAdd {
+			return step{op: op, items: rows, grain: 4, body: e.addBody(op)}, nil
+		}
+		if op.Act != backend.ActSiLU && op.Act != backend.ActGELUTanh {
+			return step{}, fmt.Errorf("unknown activation %d", op.Act)
+		}
+		return step{op: op, items: rows, grain: 1, body: e.gluBody(op)}, nil
+	case backend.OpGather:
+		if err := bufOK(op.Out, op.A); err != nil {
+			return step{}, err
+		}
+		if p.Bufs[op.Out] != p.Bufs[op.A] {
+			return step{}, fmt.Errorf("gather between %d and %d columns", p.Bufs[op.A], p.Bufs[op.Out])
+		}
+		return step{op: op, items: func() int { return len(e.batch.Selected) }, grain: 8, body: e.gatherBody(op)}, nil
+	case backend.OpSoftcap:
+		if err := bufOK(op.Out, op.A); err != nil {
+			return step{}, err
+		}
+		if !(op.Cap > 0) {
+			return step{}, fmt.Errorf("soft-cap %g", op.Cap)
+		}
+		return step{op: op, items: rows, grain: 1, body: e.softcapBody(op)}, nil
+	}
+	return step{}, fmt.Errorf("unsupported op %s", op.Kind)
+}

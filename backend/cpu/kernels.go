@@ -1,0 +1,204 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// Each *Body returns the loop body of one op over a range of work items
+// (rows, output columns or row×head pairs). Bodies read the per-run state
+// (e.batch, e.rows) and write only their own items, so chunks can run in
+// any order on any worker.
+
+func (e *exec) embedBody(op *backend.Op, m *matrix) func(lo, hi, worker int) {
+	out, cols, scale := e.bufs[op.Out], m.cols, op.Scale
+	return func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			dst := out[r*cols : (r+1)*cols]
+			src := m.row(int(e.batch.Tokens[r]), dst)
+			if &src[0] != &dst[0] {
+				copy(dst, src)
+			}
+			if scale != 0 && scale != 1 {
+				for i := range dst {
+					dst[i] *= scale
+				}
+			}
+		}
+	}
+}
+
+// normBody: y = x / sqrt(mean(x²) + eps) * w over each group of Group
+// columns. The sum of squares is accumulated in float64 so long rows do not
+// lose precision.
+func (e *exec) normBody(op *backend.Op, m *matrix) func(lo, hi, worker int) {
+	in, out, cols, g, w, eps := e.bufs[op.A], e.bufs[op.Out], e.p.Bufs[op.A], op.Group, m.f32, float64(op.Eps)
+	return func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			for start := r * cols; start < (r+1)*cols; start += g {
+				x, y := in[start:start+g], out[start:start+g]
+				var ss float64
+				for _, v := range x {
+					ss += float64(v) * float64(v)
+				}
+				inv := float32(1 / math.Sqrt(ss/float64(g)+eps))
+				for i, v := range x {
+					y[i] = v * inv * w[i]
+				}
+			}
+		}
+	}
+}
+
+// matmulBody computes output columns [lo, hi) for every row: each weight
+// row is decoded once and multiplied with all the batch's rows.
+func (e *exec) matmulBody(op *backend.Op, m *matrix, bias *matrix) func(lo, hi, worker int) {
+	in, out, inCols, outCols := e.bufs[op.A], e.bufs[op.Out], m.cols, m.rows
+	var b []float32
+	if bias != nil {
+		b = bias.f32
+	}
+	return func(lo, hi, worker int) {
+		scratch := e.rowScratch[worker][:inCols]
+		n := e.rowCount(op)
+		for j := lo; j < hi; j++ {
+			w := m.row(j, scratch)
+			var bj float32
+			if b != nil {
+				bj = b[j]
+			}
+			for r := 0; r < n; r++ {
+				out[r*outCols+j] = dot(w, in[r*inCols:(r+1)*inCols]) + bj
+			}
+		}
+	}
+}
+
+func (e *exec) ropeBody(op *backend.Op) func(lo, hi, worker int) {
+	buf, cols, rs := e.bufs[op.A], e.p.Bufs[op.A], &e.ropes[op.Table]
+	heads, hd, half, neox := op.NHeads, op.HeadDim, op.RopeDim/2, op.Layout == backend.RopeNeoX
+	return func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			cos, sin := rs.cos[r*rs.half:(r+1)*rs.half], rs.sin[r*rs.half:(r+1)*rs.half]
+			for h := 0; h < heads; h++ {
+				x := buf[r*cols+h*hd : r*cols+(h+1)*hd]
+				for i := 0; i < half; i++ {
+					a, b := 2*i, 2*i+1
+					if neox {
+						a, b = i, i+half
+					}
+					x0, x1 := x[a], x[b]
+					x[a] = x0*cos[i] - x1*sin[i]
+					x[b] = x0*sin[i] + x1*cos[i]
+				}
+			}
+		}
+	}
+}
+
+func (e *exec) storeKVBody(op *backend.Op) func(lo, hi, worker int) {
+	kIn, vIn, c := e.bufs[op.A], e.bufs[op.B], &e.kv[op.Layer]
+	d := c.kvDim
+	return func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			at := (int(e.batch.Slots[r])*c.capacity + int(e.batch.Pos[r])%c.capacity) * d
+			copy(c.k[at:at+d], kIn[r*d:(r+1)*d])
+			copy(c.v[at:at+d], vIn[r*d:(r+1)*d])
+		}
+	}
+}
+
+// attentionBody handles one (row, head) pair per item: scores against every
+// visible cached position, a softmax, and the weighted sum of values.
+func (e *exec) attentionBody(op *backend.Op) func(lo, hi, worker int) {
+	q, out, c := e.bufs[op.A], e.bufs[op.Out], &e.kv[op.Layer]
+	heads, hd, group, window := op.NHeads, op.HeadDim, op.NHeads/op.NKV, op.Window
+	cols, scale, softcap := heads*hd, op.Scale, op.Cap
+	return func(lo, hi, worker int) {
+		for item := lo; item < hi; item++ {
+			r, h := item/heads, item%heads
+			pos := int(e.batch.Pos[r])
+			first := 0
+			if window > 0 {
+				first = max(0, pos-window+1)
+			}
+			base := int(e.batch.Slots[r]) * c.capacity * c.kvDim
+			kvOff := (h / group) * hd
+			qh := q[r*cols+h*hd : r*cols+(h+1)*hd]
+			scores := e.scoreScratch[worker][:pos-first+1]
+			maxS := float32(math.Inf(-1))
+			for j := first; j <= pos; j++ {
+				at := base + (j%c.capacity)*c.kvDim + kvOff
+				s := dot(qh, c.k[at:at+hd]) * scale
+				if softcap > 0 {
+					s = softcap * float32(math.Tanh(float64(s/softcap)))
+				}
+				scores[j-first] = s
+				maxS = max(maxS, s)
+			}
+			var sum float32
+			for i, s := range scores {
+				p := float32(math.Exp(float64(s - maxS)))
+				scores[i] = p
+				sum += p
+			}
+			o := out[r*cols+h*hd : r*cols+(h+1)*hd]
+			clear(o)
+			inv := 1 / sum
+			for j := first; j <= pos; j++ {
+				p := scores[j-first] * inv
+				at := base + (j%c.capacity)*c.kvDim + kvOff
+				v := c.v[at : at+hd]
+				for i := range o {
+					o[i] += p * v[i]
+				}
+			}
+		}
+	}
+}
+
+func (e *exec) addBody(op *backend.Op) func(lo, hi, worker int) {
+	a, b, out, cols := e.bufs[op.A], e.bufs[op.B], e.bufs[op.Out], e.p.Bufs[op.A]
+	return func(lo, hi, _ int) {
+		for i := lo * cols; i < hi*cols; i++ {
+			out[i] = a[i] + b[i]
+		}
+	}
+}
+
+func (e *exec) gluBody(op *backend.Op) func(lo, hi, worker int) {
+	a, b, out, cols, gelu := e.bufs[op.A], e.bufs[op.B], e.bufs[op.Out], e.p.Bufs[op.A], op.Act == backend.ActGELUTanh
+	const c = 0.7978845608028654 // √(2/π)
+	return func(lo, hi, _ int) {
+		for i := lo * cols; i < hi*cols; i++ {
+			x := a[i]
+			var act float32
+			if gelu {
+				act = float32(0.5 * float64(x) * (1 + math.Tanh(c*(float64(x)+0.044715*float64(x)*float64(x)*float64(x)))))
+			} else {
+				act = x / (1 + float32(math.Exp(float64(-x))))
+			}
+			out[i] = act * b[i]
+		}
+	}
+}
+
+func (e *exec) gatherBody(op *backend.Op) func(lo, hi, worker int) {
+	in, out, cols := e.bufs[op.A], e.bufs[op.Out], e.p.Bufs[op.A]
+	return func(lo, hi, _ int) {
+		for i := lo; i < hi; i++ {
+			r := int(e.batch.Selected[i])
+			copy(out[i*cols:(i+1)*cols], in[r*cols:(r+1)*cols])
+		}
+	}
+}
+
+func (e *exec) softcapBody(op *backend.Op) func(lo, hi, worker int) {
+	in, out, cols, c := e.bufs[op.A], e.bufs[op.Out], e.p.Bufs[op.A], float64(op.Cap)
+	return func(lo, hi, _ int) {
+		for i := lo * cols; i < hi*cols; i++ {
+			out[i] = float32(c * math.Tanh(float64(in[i])/c))
+		}
+	}
+}

@@ -1,0 +1,314 @@
+// Package engine runs decoder-only transformers: it builds the per-token
+// plan of a model from its weights and architecture descriptor once, hands
+// it to a backend, and replays it for batches of tokens from one or several
+// sequences, each with its own KV cache slot.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/weights"
+)
+
+// Options configure a loaded model.
+type Options struct {
+	// Context is the most positions a sequence may hold (default: the
+	// model's context length, capped at DefaultContext).
+	Context int
+	// Slots is the number of sequences that may be live at once (default 1).
+	Slots int
+	// MaxBatch is the most tokens one plan replay carries: the prefill
+	// chunk and the widest batched decode step (default 64).
+	MaxBatch int
+}
+
+// DefaultContext caps the context when the caller names none, so a model
+// trained for 128k positions does not reserve a 128k cache by default.
+const DefaultContext = 4096
+
+// Model is a model ready to run.
+type Model struct {
+	Weights *weights.Provider
+	Config  weights.Config
+	Backend backend.Backend
+
+	prog *backend.Program
+	exec backend.Exec
+
+	mu     sync.Mutex // serialises plan replays and slot bookkeeping
+	free   []int
+	ctx    int
+	batch  backend.Batch
+	logits []float32 // [MaxBatch, Vocab]
+	closed bool
+}
+
+// ErrClosed is returned by a closed model.
+var ErrClosed = errors.New("engine: model is closed")
+
+// Load builds the plan of the model in p and compiles it on be. The
+// provider stays owned by the caller (Close does not close it).
+func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error) {
+	if p.Arch == nil {
+		return nil, fmt.Errorf("engine: %s: no architecture descriptor", p.Path)
+	}
+	cfg := p.Config
+	ctx := opts.Context
+	if ctx <= 0 {
+		ctx = min(cfg.ContextLength, DefaultContext)
+	}
+	if ctx > cfg.ContextLength {
+		return nil, fmt.Errorf("engine: context %d exceeds the model's %d positions", ctx, cfg.ContextLength)
+	}
+	slots := max(opts.Slots, 1)
+	maxBatch := opts.MaxBatch
+	if maxBatch <= 0 {
+		maxBatch = 64
+	}
+	maxBatch = min(maxBatch, ctx)
+	for _, t := range p.Tensors() {
+		if len(t.Shape) == 2 && !be.Supports(t.Type) {
+			return nil, fmt.Errorf("engine: %s: tensor %q has type %s, which the %s backend does not support", p.Path, t.Name, t.Type, be.Name())
+		}
+	}
+	prog, err := buildProgram(p, maxBatch, slots, ctx)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s: %w", p.Path, err)
+	}
+	exec, err := be.Compile(prog)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s: %w", p.Path, err)
+	}
+	m := &Model{Weights: p, Config: cfg, Backend: be, prog: prog, exec: exec, ctx: ctx,
+		logits: make([]float32, maxBatch*cfg.VocabSize)}
+	for s := slots - 1; s >= 0; s-- {
+		m.free = append(m.free, s)
+	}
+	m.batch = backend.Batch{
+		Tokens: make([]int32, 0, maxBatch), Pos: make([]int32, 0, maxBatch),
+		Slots: make([]int32, 0, maxBatch), Selected: make([]int32, 0, maxBatch),
+	}
+	if err := m.warmUp(); err != nil {
+		exec.Close()
+		return nil, fmt.Errorf("engine: %s: warm-up: %w", p.Path, err)
+	}
+	return m, nil
+}
+
+// warmUp replays the plan once so lazily mapped weights are paged in and
+// every kernel has run before the first real token. The position it wrote
+// is overwritten by the first real token of slot 0.
+func (m *Model) warmUp() error {
+	m.batch.Tokens = append(m.batch.Tokens[:0], 0)
+	m.batch.Pos = append(m.batch.Pos[:0], 0)
+	m.batch.Slots = append(m.batch.Slots[:0], 0)
+	m.batch.Selected = append(m.batch.Selected[:0], 0)
+	return m.exec.Run(&m.batch, m.logits[:m.Config.VocabSize])
+}
+
+// Context is the most positions a sequence may hold.
+func (m *Model) Context() int { return m.ctx }
+
+// MaxBatch is the most tokens one plan replay carries.
+func (m *Model) MaxBatch() int { return m.prog.MaxRows }
+
+// Vocab is the number of logits per position.
+func (m *Model) Vocab() int { return m.Config.VocabSize }
+
+// Slots is the number of sequences that may be live at once.
+func (m *Model) Slots() int { return m.prog.Slots }
+
+// Close frees the plan. It is idempotent and does not close the weights.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return m.exec.Close()
+}
+
+// Sequence is one stream of tokens with its own KV cache slot.
+type Sequence struct {
+	m    *Model
+	slot int
+	pos  int
+	done bool
+}
+
+// ErrNoSlot is returned when every sequence slot is in use.
+var ErrNoSlot = errors.New("engine: every sequence slot is in use")
+
+// NewSequence takes a free slot.
+func (m *Model) NewSequence() (*Sequence, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if len(m.free) == 0 {
+		return nil, ErrNoSlot
+	}
+	s := m.free[len(m.free)-1]
+	m.free = m.free[:len(m.free)-1]
+	return &Sequence{m: m, slot: s}, nil
+}
+
+// Close returns the slot. It is idempotent.
+func (s *Sequence) Close() {
+	if s.done {
+		return
+	}
+	s.done = true
+	s.m.mu.Lock()
+	s.m.free = append(s.m.free, s.slot)
+	s.m.mu.Unlock()
+}
+
+// Pos is the number of tokens the sequence holds.
+func (s *Sequence) Pos() int { return s.pos }
+
+// Slot is the sequence's cache slot.
+func (s *Sequence) Slot() int { return s.slot }
+
+// Rewind forgets every token from position pos on.
+func (s *Sequence) Rewind(pos int) error {
+	if pos < 0 || pos > s.pos {
+		return fmt.Errorf("engine: cannot rewind to %d from %d", pos, s.pos)
+	}
+	s.pos = pos
+	return nil
+}
+
+// ContextError reports a sequence that would outgrow the context.
+type ContextError struct {
+	Have, Add, Context int
+}
+
+func (e *ContextError) Error() string {
+	return fmt.Sprintf("engine: %d tokens plus %d new exceed the context of %d", e.Have, e.Add, e.Context)
+}
+
+// Forward feeds tokens to the sequence, in chunks of at most MaxBatch, and
+// returns logits: one row per token when all is set, else only the last
+// token's row. The slice is freshly allocated ([rows, Vocab]).
+func (s *Sequence) Forward(tokens []int32, all bool) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, errors.New("engine: no tokens to feed")
+	}
+	rows := 1
+	if all {
+		rows = len(tokens)
+	}
+	out := make([]float32, rows*s.m.Config.VocabSize)
+	return out, s.ForwardInto(tokens, all, out)
+}
+
+// ForwardInto is Forward writing into out, which must hold the rows asked
+// for. It allocates nothing.
+func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
+	m := s.m
+	if s.done {
+		return errors.New("engine: sequence is closed")
+	}
+	if s.pos+len(tokens) > m.ctx {
+		return &ContextError{Have: s.pos, Add: len(tokens), Context: m.ctx}
+	}
+	v := m.Config.VocabSize
+	want := v
+	if all {
+		want = len(tokens) * v
+	}
+	if len(out) != want {
+		return fmt.Errorf("engine: logits buffer of %d floats, want %d", len(out), want)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	for start := 0; start < len(tokens); start += m.prog.MaxRows {
+		chunk := tokens[start:min(start+m.prog.MaxRows, len(tokens))]
+		b := &m.batch
+		b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
+		for i, t := range chunk {
+			b.Tokens = append(b.Tokens, t)
+			b.Pos = append(b.Pos, int32(s.pos+i))
+			b.Slots = append(b.Slots, int32(s.slot))
+			if all {
+				b.Selected = append(b.Selected, int32(i))
+			}
+		}
+		last := start+len(chunk) == len(tokens)
+		if !all {
+			b.Selected = append(b.Selected, int32(len(chunk)-1))
+		}
+		var dst []float32
+		switch {
+		case all:
+			dst = out[start*v : (start+len(chunk))*v]
+		case last:
+			dst = out
+		default:
+			dst = m.logits[:v]
+		}
+		if err := m.exec.Run(b, dst); err != nil {
+			return err
+		}
+		s.pos += len(chunk)
+	}
+	return nil
+}
+
+// Step feeds one token to each of several sequences in one batched plan
+// replay (continuous batching) and writes each sequence's next-token logits
+// to out ([len(seqs), Vocab]). The sequences must be distinct.
+func (m *Model) Step(seqs []*Sequence, tokens []int32, out []float32) error {
+	if len(seqs) != len(tokens) || len(seqs) == 0 {
+		return fmt.Errorf("engine: %d sequences and %d tokens", len(seqs), len(tokens))
+	}
+	if len(seqs) > m.prog.MaxRows {
+		return fmt.Errorf("engine: %d sequences exceed the batch limit %d", len(seqs), m.prog.MaxRows)
+	}
+	v := m.Config.VocabSize
+	if len(out) != len(seqs)*v {
+		return fmt.Errorf("engine: logits buffer of %d floats, want %d", len(out), len(seqs)*v)
+	}
+	for i, s := range seqs {
+		if s.m != m || s.done {
+			return fmt.Errorf("engine: sequence %d is closed or belongs to another model", i)
+		}
+		if s.pos+1 > m.ctx {
+			return &ContextError{Have: s.pos, Add: 1, Context: m.ctx}
+		}
+		for _, o := range seqs[:i] {
+			if o == s {
+				return fmt.Errorf("engine: sequence %d appears twice in one step", i)
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	b := &m.batch
+	b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
+	for i, s := range seqs {
+		b.Tokens = append(b.Tokens, tokens[i])
+		b.Pos = append(b.Pos, int32(s.pos))
+		b.Slots = append(b.Slots, int32(s.slot))
+		b.Selected = append(b.Selected, int32(i))
+	}
+	if err := m.exec.Run(b, out); err != nil {
+		return err
+	}
+	for _, s := range seqs {
+		s.pos++
+	}
+	return nil
+}
