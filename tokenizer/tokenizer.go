@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer encodes text to token ids and decodes ids to text for one
@@ -67,6 +69,8 @@ func New(v *Vocab) (*Tokenizer, error) {
 		} else {
 			t.spm, err = newSPM(v)
 		}
+	case "bert":
+		t.wpm, err = newWPM(v)
 	case "gpt2":
 		var spec preTokenizerSpec
 		if t.pre, spec, err = ggufPreTokenizer(v.Pre); err == nil {
@@ -214,7 +218,7 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpec
 // encodeFragment segments text that holds no special token.
 func (t *Tokenizer) encodeFragment(dst []int32, text string, prevSpecial bool) []int32 {
 	if t.v.NFC {
-		text = nfc(text)
+		text = norm.NFC.String(text)
 	}
 	switch {
 	case t.spm != nil:

@@ -147,9 +147,6 @@ func TestLlamacppVectors(t *testing.T) {
 		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(inp), "ggml-vocab-"), ".gguf.inp")
 		t.Run(name, func(t *testing.T) {
 			var tk *Tokenizer
-			if name == "bert-bge" {
-				t.Skip("WordPiece segmenter not built yet")
-			}
 			if gg := strings.TrimSuffix(inp, ".inp"); fileExists(gg) {
 				tk = loadTokenizer(t, gg)
 			} else if sub, ok := substitutes[name]; ok {
