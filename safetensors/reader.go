@@ -14,7 +14,13 @@
 // the file size before anything is allocated, and every tensor's shape,
 // dtype and placement are checked, so a corrupt or hostile file yields an
 // error naming the file and the tensor or field at fault, never a panic or a
-// huge allocation.
+// huge allocation. A key given twice in any JSON object is an error too,
+// since encoding/json would silently keep the last.
+//
+// The reader is a little more lenient than the reference implementation
+// where nothing is ambiguous: it accepts gaps between tensors and bytes after
+// the last one, skips unknown fields in a tensor entry, and reads a null
+// "__metadata__" as none. Overlapping tensors are refused.
 package safetensors
 
 import (
@@ -80,7 +86,8 @@ func (t *TensorInfo) Elements() int64 {
 	return n
 }
 
-// File is one parsed safetensors file.
+// File is one parsed safetensors file. Its methods may be called from
+// several goroutines at once, except Close.
 type File struct {
 	Name       string // path or name given when opening
 	Size       int64  // file size in bytes
