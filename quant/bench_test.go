@@ -32,7 +32,7 @@ func benchRow(typ ggml.Type, n int) []byte {
 		src[i] = byte(i*131 + i>>3)
 	}
 	bb := int(typ.BlockBytes())
-	for b := 0; b < len(src); b += bb {
+	for b := 0; typ.Quantized() && b < len(src); b += bb {
 		blk := src[b : b+bb]
 		switch typ {
 		case ggml.IQ1_M: // fp16 d in the top nibbles of the last four u16

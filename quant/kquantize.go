@@ -36,7 +36,7 @@ func errMeasure(w, diff float32, mad bool) float32 {
 	if mad {
 		return w * abs32(diff)
 	}
-	return w * diff * diff
+	return w * (diff * diff)
 }
 
 // affineQuants finds levels L in 0..nmax, a scale and a min ≤ 0 such that
@@ -164,7 +164,7 @@ func q3Quants(x []float32, L []int8, nmax int) float32 {
 		L[i] = int8(l)
 		w := v * v
 		sumLX += w * v * float32(l)
-		sumL2 += w * float32(l*l)
+		sumL2 += w * float32(l) * float32(l)
 	}
 	for range 5 {
 		changed := false
@@ -181,7 +181,7 @@ func q3Quants(x []float32, L []int8, nmax int) float32 {
 				continue
 			}
 			slx += w * v * float32(nl)
-			sl2 += w * float32(nl*nl)
+			sl2 += w * float32(nl) * float32(nl)
 			if sl2 > 0 && slx*slx*sumL2 > sumLX*sumLX*sl2 {
 				L[i] = int8(nl)
 				sumLX, sumL2 = slx, sl2

@@ -88,6 +88,22 @@ func checkErr(t *testing.T, err error, want string) {
 	}
 }
 
+// Dequantize is meant for per-row use on hot paths: it must not allocate.
+func TestDequantizeDoesNotAllocate(t *testing.T) {
+	for _, typ := range ggml.Types() {
+		src := benchRow(typ, 512)
+		dst := make([]float32, 512)
+		allocs := testing.AllocsPerRun(20, func() {
+			if err := DequantizeRow(typ, src, dst); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per row", typ, allocs)
+		}
+	}
+}
+
 func TestQuantizeSupported(t *testing.T) {
 	want := map[ggml.Type]bool{
 		ggml.F32: true, ggml.F16: true, ggml.BF16: true,
