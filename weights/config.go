@@ -265,12 +265,39 @@ func configFromGGUF(md gguf.Metadata, source string) (Config, *arch.Descriptor, 
 		c.RopeScaling = RopeScaling{Type: "linear", Factor: f}
 	}
 	c.SlidingWindow = getInt("attention.sliding_window", false)
+	if v, ok := get("attention.sliding_window_pattern"); ok && c.SlidingWindow > 0 {
+		// Either a period (every Nth layer global) or one bool per layer.
+		if arr, isArr := v.Array(); isArr {
+			flags, err := arr.Int64s()
+			if err != nil || len(flags) != c.NLayers {
+				if firstErr == nil {
+					firstErr = &ConfigError{Source: source, Field: archName + ".attention.sliding_window_pattern", Msg: fmt.Sprintf("want %d booleans", c.NLayers)}
+				}
+			} else {
+				c.SlidingLayers = make([]bool, c.NLayers)
+				for i, f := range flags {
+					c.SlidingLayers[i] = f != 0
+				}
+			}
+		} else if n, ok := v.Uint(); ok && n > 0 {
+			c.SlidingLayers = make([]bool, c.NLayers)
+			for i := range c.SlidingLayers {
+				c.SlidingLayers[i] = (uint64(i)+1)%n != 0
+			}
+		}
+	}
+	if th, ok := getFloat("rope.freq_base_swa"); ok {
+		c.RopeLocalTheta = th
+	}
+	if sc, ok := getFloat("attention.scale"); ok && sc > 0 {
+		c.AttnScale = sc
+	}
 	c.AttnSoftcap, _ = getFloat("attn_logit_softcapping")
 	c.FinalSoftcap, _ = getFloat("final_logit_softcapping")
 	if firstErr != nil {
 		return c, nil, firstErr
 	}
-	if d.AttnScaleFromConfig && c.HeadDim > 0 {
+	if d.AttnScaleFromConfig && c.HeadDim > 0 && c.AttnScale == 0 {
 		// llama.cpp's Gemma 3 scales queries by 1/sqrt(head_dim); the HF
 		// config's query_pre_attn_scalar equals head_dim for the released
 		// models and is not stored in GGUF.
