@@ -137,9 +137,6 @@ func WriteGGUF(p *weights.Provider, w io.Writer, opts Options) error {
 				}
 			}
 		}
-		if len(t.Shape) == 1 {
-			rows, cols = 1, len(vals)
-		}
 		data, err := encode(typ, vals)
 		if err != nil {
 			return fmt.Errorf("convert %s: tensor %q as %s: %w", p.Path, t.Name, typ, err)

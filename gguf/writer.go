@@ -162,6 +162,9 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	}
 	for _, i := range order {
 		t := w.tensors[i]
+		if t.info.Size == 0 {
+			continue // no bytes: any offset within the data section will do
+		}
 		if t.info.Offset < pos {
 			return n, fmt.Errorf("gguf writer: tensor %q at %d overlaps the previous tensor", t.info.Name, t.info.Offset)
 		}
