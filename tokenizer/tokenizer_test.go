@@ -115,7 +115,7 @@ func TestEOG(t *testing.T) {
 	if got, want := tk.EOG(), []int32{256, 257, 258, 259, 260}; !slices.Equal(got, want) {
 		t.Errorf("EOG() = %v, want %v", got, want)
 	}
-	if tk.IsEOG('a') || tk.IsEOG(-1) || tk.IsEOG(1 << 20) {
+	if tk.IsEOG('a') || tk.IsEOG(-1) || tk.IsEOG(1<<20) {
 		t.Error("IsEOG is true for an ordinary or invalid id")
 	}
 	v.EOG = []int32{999}
