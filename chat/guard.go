@@ -1,0 +1,728 @@
+package chat
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"time"
+
+	cs "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/tokens"
+)
+
+// A template is code from a model file, so rendering runs under a budget:
+// every loop iteration and macro call is a step, every string or list an
+// operator, filter or output builds is charged to an allocation budget, and
+// macro calls nest only so deep. Without these a short template could loop
+// for hours, recurse until the Go stack overflows (fatal, not a panic), or
+// double a string until the process is killed.
+const (
+	maxSteps      = 1 << 18  // loop iterations plus macro calls per render
+	maxMacroDepth = 64       // nested macro calls
+	maxRange      = 1 << 18  // elements all range() calls may produce
+	maxSizeArg    = 1 << 16  // largest width/count argument a filter or method accepts
+	maxValueBytes = 64 << 20 // largest single string or list a render may build
+	baseAllocs    = 256 << 20
+)
+
+// Names of the hidden helpers the rewritten tree calls. Angle brackets keep
+// a template from naming, and so from replacing, any of them.
+const (
+	stateKey = "<state>"
+	tickName = "<loop step>"
+	outName  = "<output>"
+	opPrefix = "<operator "
+)
+
+// errBudget reports a render stopped by one of the limits above.
+var errBudget = errors.New("template exceeded its render budget")
+
+// renderState is the per-render bookkeeping the guards share.
+type renderState struct {
+	steps      int
+	depth      int
+	rangeLeft  int
+	allocsLeft int
+	raised     *Exception
+	now        time.Time
+}
+
+func (s *renderState) step() error {
+	s.steps++
+	if s.steps > maxSteps {
+		return fmt.Errorf("%w: more than %d loop iterations and macro calls", errBudget, maxSteps)
+	}
+	return nil
+}
+
+// charge accounts n bytes of freshly built text or list.
+func (s *renderState) charge(n int) error {
+	if n > maxValueBytes {
+		return fmt.Errorf("%w: a value of %d bytes exceeds %d", errBudget, n, maxValueBytes)
+	}
+	s.allocsLeft -= n
+	if s.allocsLeft < 0 {
+		return fmt.Errorf("%w: rendering built too much text", errBudget)
+	}
+	return nil
+}
+
+func stateOf(ctx *exec.Context) *renderState {
+	v, _ := ctx.Get(stateKey)
+	s, _ := v.(*renderState)
+	if s == nil {
+		// Only reachable if the tree runs outside Render; fail closed.
+		return &renderState{steps: maxSteps, depth: maxMacroDepth}
+	}
+	return s
+}
+
+// sizeOf estimates the bytes a value holds at its top level.
+func sizeOf(v *exec.Value) int {
+	switch {
+	case v.IsString():
+		return len(v.String())
+	case v.IsList():
+		return v.Len() * 16
+	}
+	return 0
+}
+
+// guardTree rewrites a parsed template in place so that it runs under the
+// budget: arithmetic goes through Python-semantics helpers that check sizes,
+// each output is charged, each loop body starts with a step. It rejects
+// constructs it cannot bound (recursive loops).
+func guardTree(root *nodes.Template) error {
+	var err error
+	root.Nodes, err = guardNodes(root.Nodes)
+	return err
+}
+
+func guardNodes(list []nodes.Node) ([]nodes.Node, error) {
+	for i, n := range list {
+		g, err := guardNode(n)
+		if err != nil {
+			return nil, err
+		}
+		list[i] = g
+	}
+	return list, nil
+}
+
+func guardWrapper(w *nodes.Wrapper) error {
+	if w == nil {
+		return nil
+	}
+	var err error
+	w.Nodes, err = guardNodes(w.Nodes)
+	return err
+}
+
+func guardNode(n nodes.Node) (nodes.Node, error) {
+	switch t := n.(type) {
+	case *nodes.Data, *nodes.Comment:
+		return n, nil
+	case *nodes.Output:
+		for _, e := range []*nodes.Expression{&t.Expression, &t.Condition, &t.Alternative} {
+			if err := guardExprInPlace(e); err != nil {
+				return nil, err
+			}
+		}
+		if t.Expression != nil {
+			t.Expression = hiddenCall(outName, t.Start, t.Expression)
+		}
+		if t.Alternative != nil {
+			t.Alternative = hiddenCall(outName, t.Start, t.Alternative)
+		}
+		return t, nil
+	case *nodes.ControlStructureBlock:
+		return t, guardStructure(t)
+	case *nodes.Wrapper:
+		return t, guardWrapper(t)
+	}
+	return nil, fmt.Errorf("unsupported template node %T", n)
+}
+
+// guardStructure walks the control structures this package registers; any
+// other kind cannot occur because only these are registered.
+func guardStructure(b *nodes.ControlStructureBlock) error {
+	switch c := b.ControlStructure.(type) {
+	case *cs.IfControlStructure:
+		for i := range c.Conditions {
+			if err := guardExprInPlace(&c.Conditions[i]); err != nil {
+				return err
+			}
+		}
+		for _, w := range c.Wrappers {
+			if err := guardWrapper(w); err != nil {
+				return err
+			}
+		}
+	case *cs.ForControlStructure:
+		if c.Recursive {
+			return fmt.Errorf("line %d: recursive loops are not supported", c.Position().Line)
+		}
+		if err := guardExprInPlace(&c.ObjectEvaluator); err != nil {
+			return err
+		}
+		if err := guardExprInPlace(&c.IfCondition); err != nil {
+			return err
+		}
+		if err := guardWrapper(c.BodyWrapper); err != nil {
+			return err
+		}
+		if err := guardWrapper(c.EmptyWrapper); err != nil {
+			return err
+		}
+		if c.BodyWrapper != nil {
+			tick := &nodes.Output{Start: c.Position(), End: c.Position(), Expression: hiddenCall(tickName, c.Position())}
+			c.BodyWrapper.Nodes = append([]nodes.Node{tick}, c.BodyWrapper.Nodes...)
+		}
+	case *setStructure:
+		for _, e := range []*nodes.Expression{&c.Target, &c.Expression, &c.Condition, &c.Alternative} {
+			if err := guardExprInPlace(e); err != nil {
+				return err
+			}
+		}
+		return guardWrapper(c.Body)
+	case *macroStructure:
+		for _, p := range c.Kwargs {
+			if err := guardExprInPlace(&p.Value); err != nil {
+				return err
+			}
+		}
+		return guardWrapper(c.Wrapper)
+	case *cs.CallControlStructure:
+		var e nodes.Expression = c.Call
+		if err := guardExprInPlace(&e); err != nil {
+			return err
+		}
+		return guardWrapper(c.Body)
+	case *generationStructure:
+		return guardWrapper(c.Body)
+	case *cs.RawControlStructure, *cs.BreakControlStructure, *cs.ContinueControlStructure:
+	default:
+		return fmt.Errorf("unsupported control structure %T", c)
+	}
+	return nil
+}
+
+func guardExprInPlace(e *nodes.Expression) error {
+	if *e == nil {
+		return nil
+	}
+	g, err := guardExpr(*e)
+	if err != nil {
+		return err
+	}
+	*e = g
+	return nil
+}
+
+func guardNodeExpr(n *nodes.Node) error {
+	if *n == nil {
+		return nil
+	}
+	e, ok := (*n).(nodes.Expression)
+	if !ok {
+		return fmt.Errorf("unsupported expression node %T", *n)
+	}
+	g, err := guardExpr(e)
+	if err != nil {
+		return err
+	}
+	*n = g
+	return nil
+}
+
+func guardExprs(list []nodes.Expression) error {
+	for i := range list {
+		if err := guardExprInPlace(&list[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func guardKwargs(m map[string]nodes.Expression) error {
+	for k, e := range m {
+		g, err := guardExpr(e)
+		if err != nil {
+			return err
+		}
+		m[k] = g
+	}
+	return nil
+}
+
+// guardExpr returns e with its arithmetic routed through the guarded
+// helpers, recursing into every sub-expression.
+func guardExpr(e nodes.Expression) (nodes.Expression, error) {
+	switch t := e.(type) {
+	case *nodes.String, *nodes.Integer, *nodes.Float, *nodes.Bool, *nodes.None, *nodes.Name, *nodes.Error:
+		return e, nil
+	case *nodes.BinaryExpression:
+		if err := guardExprInPlace(&t.Left); err != nil {
+			return nil, err
+		}
+		if err := guardExprInPlace(&t.Right); err != nil {
+			return nil, err
+		}
+		if op, ok := binaryOps[t.Operator.Token.Val]; ok {
+			return hiddenCall(opPrefix+op.name+">", t.Operator.Token, t.Left, t.Right), nil
+		}
+		return t, nil
+	case *nodes.UnaryExpression:
+		return t, guardExprInPlace(&t.Term)
+	case *nodes.Negation:
+		return t, guardExprInPlace(&t.Term)
+	case *nodes.FilteredExpression:
+		if err := guardExprInPlace(&t.Expression); err != nil {
+			return nil, err
+		}
+		for _, f := range t.Filters {
+			if err := guardExprs(f.Args); err != nil {
+				return nil, err
+			}
+			if err := guardKwargs(f.Kwargs); err != nil {
+				return nil, err
+			}
+		}
+		return t, nil
+	case *nodes.TestExpression:
+		if err := guardExprInPlace(&t.Expression); err != nil {
+			return nil, err
+		}
+		if err := guardExprs(t.Test.Args); err != nil {
+			return nil, err
+		}
+		return t, guardKwargs(t.Test.Kwargs)
+	case *nodes.Call:
+		if err := guardNodeExpr(&t.Func); err != nil {
+			return nil, err
+		}
+		if err := guardNodeExpr(&t.Parent); err != nil {
+			return nil, err
+		}
+		if err := guardExprs(t.Args); err != nil {
+			return nil, err
+		}
+		return t, guardKwargs(t.Kwargs)
+	case *nodes.GetItem:
+		if err := guardNodeExpr(&t.Node); err != nil {
+			return nil, err
+		}
+		return t, guardNodeExpr(&t.Arg)
+	case *nodes.GetSlice:
+		for _, n := range []*nodes.Node{&t.Node, &t.Start, &t.End, &t.Step} {
+			if err := guardNodeExpr(n); err != nil {
+				return nil, err
+			}
+		}
+		return t, nil
+	case *nodes.GetAttribute:
+		return t, guardNodeExpr(&t.Node)
+	case *nodes.List:
+		return t, guardExprs(t.Val)
+	case *nodes.Tuple:
+		return t, guardExprs(t.Val)
+	case *nodes.Dict:
+		for _, p := range t.Pairs {
+			if err := guardExprInPlace(&p.Key); err != nil {
+				return nil, err
+			}
+			if err := guardExprInPlace(&p.Value); err != nil {
+				return nil, err
+			}
+		}
+		return t, nil
+	case *nodes.Pair:
+		if err := guardExprInPlace(&t.Key); err != nil {
+			return nil, err
+		}
+		return t, guardExprInPlace(&t.Value)
+	}
+	return nil, fmt.Errorf("unsupported expression %T", e)
+}
+
+// hiddenCall builds a call of one of the hidden helpers at the position of
+// tok.
+func hiddenCall(name string, tok *tokens.Token, args ...nodes.Expression) *nodes.Call {
+	at := &tokens.Token{Type: tokens.Name, Val: name}
+	if tok != nil {
+		at.Pos, at.Line, at.Col = tok.Pos, tok.Line, tok.Col
+	}
+	return &nodes.Call{Location: at, Func: &nodes.Name{Name: at}, Args: args, Kwargs: map[string]nodes.Expression{}}
+}
+
+// Guard helpers as the evaluator calls them: (evaluator, arguments).
+type helperFunc = func(*exec.Evaluator, *exec.VarArgs) *exec.Value
+
+// tickHelper starts each loop iteration.
+func tickHelper(e *exec.Evaluator, _ *exec.VarArgs) *exec.Value {
+	if err := stateOf(e.Environment.Context).step(); err != nil {
+		return exec.AsValue(err)
+	}
+	return exec.AsValue("")
+}
+
+// outHelper charges what an output tag prints (text printed inside a macro
+// or a block set lands in a buffer no writer limit sees).
+func outHelper(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
+	v := va.First()
+	if v.IsError() {
+		return v
+	}
+	if err := stateOf(e.Environment.Context).charge(len(v.String())); err != nil {
+		return exec.AsValue(err)
+	}
+	return v
+}
+
+// binaryOp is an operator with Python's semantics and size checks.
+type binaryOp struct {
+	name string
+	fn   func(a, b *exec.Value) (any, error)
+}
+
+var binaryOps = map[string]binaryOp{
+	"+":  {"add", pyAdd},
+	"-":  {"sub", pySub},
+	"*":  {"mul", pyMul},
+	"/":  {"div", pyDiv},
+	"//": {"floordiv", pyFloorDiv},
+	"%":  {"mod", pyMod},
+	"**": {"pow", pyPow},
+	"~":  {"concat", pyConcat},
+}
+
+// opHelper adapts a binaryOp to the evaluator and charges its result.
+func opHelper(op binaryOp) helperFunc {
+	return func(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
+		if len(va.Args) != 2 {
+			return exec.AsValue(fmt.Errorf("operator %s: want 2 operands", op.name))
+		}
+		a, b := va.Args[0], va.Args[1]
+		for _, v := range []*exec.Value{a, b} {
+			if v.IsError() {
+				return v
+			}
+		}
+		r, err := op.fn(a, b)
+		if err != nil {
+			return exec.AsValue(err)
+		}
+		out := exec.AsValue(r)
+		if err := stateOf(e.Environment.Context).charge(sizeOf(out)); err != nil {
+			return exec.AsValue(err)
+		}
+		return out
+	}
+}
+
+func typeName(v *exec.Value) string {
+	switch {
+	case v.IsNil():
+		return "NoneType"
+	case v.IsBool():
+		return "bool"
+	case v.IsInteger():
+		return "int"
+	case v.IsFloat():
+		return "float"
+	case v.IsString():
+		return "str"
+	case v.IsList():
+		return "list"
+	case v.IsDict():
+		return "dict"
+	}
+	return "object"
+}
+
+func operandError(op string, a, b *exec.Value) error {
+	return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(a), typeName(b))
+}
+
+// isInt reports Python int-ness; bool is an int subclass in Python.
+func isInt(v *exec.Value) bool { return v.IsInteger() || v.IsBool() }
+
+func intOf(v *exec.Value) int {
+	if v.IsBool() {
+		if v.Bool() {
+			return 1
+		}
+		return 0
+	}
+	return v.Integer()
+}
+
+func isNum(v *exec.Value) bool { return isInt(v) || v.IsFloat() }
+
+func floatOf(v *exec.Value) float64 {
+	if v.IsFloat() {
+		return v.Float()
+	}
+	return float64(intOf(v))
+}
+
+var errOverflow = errors.New("integer overflow")
+
+func pyAdd(a, b *exec.Value) (any, error) {
+	switch {
+	case isInt(a) && isInt(b):
+		x, y := intOf(a), intOf(b)
+		s := x + y
+		if (s > x) != (y > 0) {
+			return nil, errOverflow
+		}
+		return s, nil
+	case isNum(a) && isNum(b):
+		return floatOf(a) + floatOf(b), nil
+	case a.IsString() && b.IsString():
+		if len(a.String())+len(b.String()) > maxValueBytes {
+			return nil, fmt.Errorf("%w: string too long", errBudget)
+		}
+		return a.String() + b.String(), nil
+	case a.IsList() && b.IsList():
+		if a.Len()+b.Len() > maxValueBytes/16 {
+			return nil, fmt.Errorf("%w: list too long", errBudget)
+		}
+		return append(listOf(a), listOf(b)...), nil
+	}
+	return nil, operandError("+", a, b)
+}
+
+func listOf(v *exec.Value) []any {
+	out := make([]any, 0, v.Len())
+	v.Iterate(func(_, _ int, item, _ *exec.Value) bool {
+		out = append(out, item.Interface())
+		return true
+	}, func() {})
+	return out
+}
+
+func pySub(a, b *exec.Value) (any, error) {
+	switch {
+	case isInt(a) && isInt(b):
+		x, y := intOf(a), intOf(b)
+		d := x - y
+		if (d < x) != (y > 0) {
+			return nil, errOverflow
+		}
+		return d, nil
+	case isNum(a) && isNum(b):
+		return floatOf(a) - floatOf(b), nil
+	}
+	return nil, operandError("-", a, b)
+}
+
+func pyMul(a, b *exec.Value) (any, error) {
+	switch {
+	case isInt(a) && isInt(b):
+		x, y := intOf(a), intOf(b)
+		hi, lo := bits.Mul64(uint64(absInt(x)), uint64(absInt(y)))
+		if hi != 0 || lo > math.MaxInt64 {
+			return nil, errOverflow
+		}
+		return x * y, nil
+	case isNum(a) && isNum(b):
+		return floatOf(a) * floatOf(b), nil
+	case isInt(a) && (b.IsString() || b.IsList()):
+		a, b = b, a
+	}
+	if !isInt(b) {
+		return nil, operandError("*", a, b)
+	}
+	n := max(intOf(b), 0)
+	switch {
+	case a.IsString():
+		s := a.String()
+		if n > 0 && len(s) > maxValueBytes/n {
+			return nil, fmt.Errorf("%w: string repeat too long", errBudget)
+		}
+		out := make([]byte, 0, len(s)*n)
+		for range n {
+			out = append(out, s...)
+		}
+		return string(out), nil
+	case a.IsList():
+		items := listOf(a)
+		if n > 0 && len(items) > maxValueBytes/16/n {
+			return nil, fmt.Errorf("%w: list repeat too long", errBudget)
+		}
+		out := make([]any, 0, len(items)*n)
+		for range n {
+			out = append(out, items...)
+		}
+		return out, nil
+	}
+	return nil, operandError("*", a, b)
+}
+
+func absInt(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func pyDiv(a, b *exec.Value) (any, error) {
+	if !isNum(a) || !isNum(b) {
+		return nil, operandError("/", a, b)
+	}
+	if floatOf(b) == 0 {
+		return nil, errors.New("division by zero")
+	}
+	return floatOf(a) / floatOf(b), nil
+}
+
+// pyFloorDiv rounds toward negative infinity, as Python's // does.
+func pyFloorDiv(a, b *exec.Value) (any, error) {
+	switch {
+	case isInt(a) && isInt(b):
+		x, y := intOf(a), intOf(b)
+		if y == 0 {
+			return nil, errors.New("integer division or modulo by zero")
+		}
+		if x == math.MinInt && y == -1 {
+			return nil, errOverflow
+		}
+		q := x / y
+		if (x%y != 0) && ((x < 0) != (y < 0)) {
+			q--
+		}
+		return q, nil
+	case isNum(a) && isNum(b):
+		if floatOf(b) == 0 {
+			return nil, errors.New("float floor division by zero")
+		}
+		return math.Floor(floatOf(a) / floatOf(b)), nil
+	}
+	return nil, operandError("//", a, b)
+}
+
+// pyMod takes the sign of the divisor, as Python's % does. String
+// formatting with % is not supported.
+func pyMod(a, b *exec.Value) (any, error) {
+	switch {
+	case isInt(a) && isInt(b):
+		x, y := intOf(a), intOf(b)
+		if y == 0 {
+			return nil, errors.New("integer division or modulo by zero")
+		}
+		if y == -1 {
+			return 0, nil
+		}
+		m := x % y
+		if m != 0 && (m < 0) != (y < 0) {
+			m += y
+		}
+		return m, nil
+	case isNum(a) && isNum(b):
+		y := floatOf(b)
+		if y == 0 {
+			return nil, errors.New("float modulo")
+		}
+		m := math.Mod(floatOf(a), y)
+		if m != 0 && (m < 0) != (y < 0) {
+			m += y
+		}
+		return m, nil
+	case a.IsString():
+		return nil, errors.New("printf-style string formatting with % is not supported")
+	}
+	return nil, operandError("%", a, b)
+}
+
+func pyPow(a, b *exec.Value) (any, error) {
+	switch {
+	case isInt(a) && isInt(b) && intOf(b) >= 0:
+		base, exp := intOf(a), intOf(b)
+		switch {
+		case exp == 0 || base == 1:
+			return 1, nil
+		case base == 0:
+			return 0, nil
+		case base == -1:
+			return 1 - 2*(exp%2), nil
+		}
+		// |base| >= 2 overflows within 63 rounds, so the loop is short.
+		result := 1
+		for range exp {
+			hi, lo := bits.Mul64(uint64(absInt(result)), uint64(absInt(base)))
+			if hi != 0 || lo > math.MaxInt64 {
+				return nil, errOverflow
+			}
+			result *= base
+		}
+		return result, nil
+	case isNum(a) && isNum(b):
+		return math.Pow(floatOf(a), floatOf(b)), nil
+	}
+	return nil, operandError("**", a, b)
+}
+
+// pyConcat is Jinja's ~: both sides as strings.
+func pyConcat(a, b *exec.Value) (any, error) {
+	x, y := pyStr(a), pyStr(b)
+	if len(x)+len(y) > maxValueBytes {
+		return nil, fmt.Errorf("%w: string too long", errBudget)
+	}
+	return x + y, nil
+}
+
+// pyStr is str() for the scalar types; containers keep gonja's spelling.
+func pyStr(v *exec.Value) string {
+	switch {
+	case v.IsNil():
+		return ""
+	case v.IsBool():
+		if v.Bool() {
+			return "True"
+		}
+		return "False"
+	case v.IsFloat():
+		return pyFloatRepr(v.Float())
+	}
+	return v.String()
+}
+
+// rangeHelper is range() under the render's element budget; it returns a
+// list, which is what templates iterate or filter.
+func rangeHelper(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
+	if len(va.KwArgs) > 0 || len(va.Args) < 1 || len(va.Args) > 3 || slices.ContainsFunc(va.Args, func(v *exec.Value) bool { return !isInt(v) }) {
+		return exec.AsValue(errors.New("range expects 1 to 3 integer arguments"))
+	}
+	start, stop, step := 0, intOf(va.Args[0]), 1
+	if len(va.Args) > 1 {
+		start, stop = intOf(va.Args[0]), intOf(va.Args[1])
+	}
+	if len(va.Args) > 2 {
+		step = intOf(va.Args[2])
+	}
+	if step == 0 {
+		return exec.AsValue(errors.New("range() arg 3 must not be zero"))
+	}
+	n := 0
+	switch {
+	case step > 0 && stop > start:
+		n = int((uint64(stop-start) + uint64(step) - 1) / uint64(step))
+	case step < 0 && start > stop:
+		n = int((uint64(start-stop) + uint64(-step) - 1) / uint64(-step))
+	}
+	s := stateOf(e.Environment.Context)
+	if n > s.rangeLeft {
+		return exec.AsValue(fmt.Errorf("%w: range of %d elements", errBudget, n))
+	}
+	s.rangeLeft -= n
+	out := make([]int, n)
+	for i := range out {
+		out[i] = start + i*step
+	}
+	return exec.AsValue(out)
+}
