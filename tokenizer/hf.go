@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -108,37 +107,50 @@ func readBPEDir(dir string) (*Vocab, error) {
 // with or without a leading "#version" line. The result has Model "gpt2"
 // and no pre-tokenizer; set Vocab.Pre before calling New.
 func ReadBPEFiles(vocabPath, mergesPath string) (*Vocab, error) {
-	b, err := os.ReadFile(vocabPath)
+	vocab, err := os.ReadFile(vocabPath)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
+	merges, err := os.ReadFile(mergesPath)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	v, err := parseBPEFiles(vocab, merges)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s, %s: %w", vocabPath, mergesPath, err)
+	}
+	return v, nil
+}
+
+// parseBPEFiles reads the contents of a vocab.json and a merges.txt.
+func parseBPEFiles(vocab, merges []byte) (*Vocab, error) {
 	var m map[string]int64
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("tokenizer: %s: %w", vocabPath, err)
+	if err := json.Unmarshal(vocab, &m); err != nil {
+		return nil, fmt.Errorf("vocab: %w", err)
 	}
-	tokens, types, err := denseVocab(m, vocabPath)
+	tokens, types, err := denseVocab(m)
+	if err != nil {
+		return nil, fmt.Errorf("vocab: %w", err)
+	}
+	ms, err := parseMergesTxt(merges)
 	if err != nil {
 		return nil, err
 	}
-	merges, err := readMergesTxt(mergesPath)
-	if err != nil {
-		return nil, err
-	}
-	return &Vocab{Model: "gpt2", Tokens: tokens, Types: types, Merges: merges,
+	return &Vocab{Model: "gpt2", Tokens: tokens, Types: types, Merges: ms,
 		BOS: -1, EOS: -1, UNK: -1, PAD: -1, SEP: -1, MASK: -1}, nil
 }
 
 // denseVocab turns a token -> id map into a token list. Ids must be
 // below the number of entries plus a margin for gaps; gaps become unused
 // "[PADn]" tokens, as llama.cpp's converter fills them.
-func denseVocab(m map[string]int64, where string) ([]string, []TokenType, error) {
+func denseVocab(m map[string]int64) ([]string, []TokenType, error) {
 	if len(m) == 0 {
-		return nil, nil, fmt.Errorf("tokenizer: %s: empty vocabulary", where)
+		return nil, nil, fmt.Errorf("empty vocabulary")
 	}
 	n := int64(0)
 	for tok, id := range m {
 		if id < 0 || id >= int64(len(m))+maxAddedTokens {
-			return nil, nil, fmt.Errorf("tokenizer: %s: token %q has id %d, outside 0..%d", where, tok, id, int64(len(m))+maxAddedTokens-1)
+			return nil, nil, fmt.Errorf("token %q has id %d, outside 0..%d", tok, id, int64(len(m))+maxAddedTokens-1)
 		}
 		n = max(n, id+1)
 	}
@@ -147,7 +159,7 @@ func denseVocab(m map[string]int64, where string) ([]string, []TokenType, error)
 	seen := make([]bool, n)
 	for tok, id := range m {
 		if seen[id] {
-			return nil, nil, fmt.Errorf("tokenizer: %s: two tokens with id %d (%q, %q)", where, id, tokens[id], tok)
+			return nil, nil, fmt.Errorf("two tokens with id %d (%q, %q)", id, tokens[id], tok)
 		}
 		seen[id] = true
 		tokens[id], types[id] = tok, TypeNormal
@@ -164,30 +176,22 @@ func denseVocab(m map[string]int64, where string) ([]string, []TokenType, error)
 // so that a corrupt id cannot ask for a huge allocation.
 const maxAddedTokens = 1 << 20
 
-func readMergesTxt(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	defer f.Close()
+// parseMergesTxt reads "left right" lines, skipping a first "#version"
+// line and blank lines.
+func parseMergesTxt(b []byte) ([]string, error) {
 	var merges []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		s := strings.TrimRight(sc.Text(), "\r")
-		if s == "" || (line == 1 && strings.HasPrefix(s, "#version")) {
+	for i, line := range strings.Split(string(b), "\n") {
+		s := strings.TrimRight(line, "\r")
+		if s == "" || (i == 0 && strings.HasPrefix(s, "#version")) {
 			continue
 		}
 		if sp := strings.IndexByte(s[1:], ' ') + 1; sp < 1 || sp == len(s)-1 {
-			return nil, fmt.Errorf("tokenizer: %s:%d: merge %q is not two pieces separated by a space", path, line, s)
+			return nil, fmt.Errorf("merges line %d: %q is not two pieces separated by a space", i+1, s)
+		}
+		if len(merges) == math.MaxInt32 {
+			return nil, fmt.Errorf("merges: more than %d", math.MaxInt32)
 		}
 		merges = append(merges, s)
-		if len(merges) > math.MaxInt32 {
-			return nil, fmt.Errorf("tokenizer: %s: too many merges", path)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
 	}
 	return merges, nil
 }

@@ -187,20 +187,28 @@ func canonicalRegex(re string) string {
 	return re
 }
 
-// preName finds the GGUF pre-tokenizer name whose regexes are regexes.
-func preName(regexes []string) (string, bool) {
+// preferredPreNames orders the names preName tries first, so that a
+// tokenizer.json gets the usual name of its regexes rather than an alias.
+var preferredPreNames = []string{"gpt-2", "llama3", "dbrx", "qwen2", "starcoder", "falcon",
+	"deepseek-llm", "deepseek-coder", "default", "bloom", "viking"}
+
+// preName finds the GGUF pre-tokenizer name whose regexes are regexes and
+// that adds no ignore_merges the file does not ask for.
+func preName(regexes []string, ignoreMerges bool) (string, bool) {
 	want := make([]string, len(regexes))
 	for i, re := range regexes {
 		want[i] = canonicalRegex(re)
 	}
 	names := make([]string, 0, len(ggufPreTokenizers))
 	for name := range ggufPreTokenizers {
-		names = append(names, name)
+		if !slices.Contains(preferredPreNames, name) {
+			names = append(names, name)
+		}
 	}
-	slices.Sort(names) // deterministic among aliases
-	for _, name := range names {
+	slices.Sort(names)
+	for _, name := range append(slices.Clone(preferredPreNames), names...) {
 		spec := ggufPreTokenizers[name]
-		if len(spec.regexes) != len(want) {
+		if len(spec.regexes) != len(want) || (spec.ignoreMerges && !ignoreMerges) {
 			continue
 		}
 		same := true
@@ -243,9 +251,9 @@ func parseTokenizerJSON(b []byte) (*Vocab, error) {
 	if m.Type == "" && len(m.Merges) > 0 {
 		m.Type = "BPE"
 	}
-	tokens, types, err := denseVocab(m.Vocab, "model.vocab")
+	tokens, types, err := denseVocab(m.Vocab)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("model.vocab: %w", err)
 	}
 	v := &Vocab{Tokens: tokens, Types: types, BOS: -1, EOS: -1, UNK: -1, PAD: -1, SEP: -1, MASK: -1}
 	switch m.Type {
@@ -297,7 +305,7 @@ func hfBPE(v *Vocab, tj *hfTokenizerJSON, p *hfPipeline) error {
 		if p.spaceToMeta || p.prependMeta || p.bert {
 			return fmt.Errorf("byte-level BPE with a SentencePiece or BERT normalizer is not supported")
 		}
-		name, ok := preName(p.regexes)
+		name, ok := preName(p.regexes, m.IgnoreMerges)
 		if !ok {
 			return fmt.Errorf("unsupported pre-tokenizer regexes %q", p.regexes)
 		}
