@@ -78,6 +78,8 @@ type Descriptor struct {
 	// LocalRopeTheta is the RoPE base of sliding-window layers (Gemma 3);
 	// 0 means the global base.
 	LocalRopeTheta float64
+	// QKVBias: the family's q, k and v projections carry biases (Qwen2).
+	QKVBias bool
 	// AttnScaleFromConfig: the attention scale is 1/sqrt(query_pre_attn_scalar)
 	// rather than 1/sqrt(head_dim) when the config gives it (Gemma).
 	AttnScaleFromConfig bool
@@ -128,7 +130,7 @@ var registry = map[string]*Descriptor{
 		Optional: []string{AttnQBias, AttnKBias, AttnVBias, AttnOutBias},
 	},
 	"qwen2": {
-		Name: "qwen2", Activation: SwiGLU, GGUFRope: RopeNeoX, TiedByDefault: true,
+		Name: "qwen2", Activation: SwiGLU, GGUFRope: RopeNeoX, TiedByDefault: true, QKVBias: true,
 		Required: base,
 		Optional: []string{AttnQBias, AttnKBias, AttnVBias, AttnOutBias},
 	},

@@ -95,7 +95,7 @@ func WriteGGUF(p *weights.Provider, w io.Writer, opts Options) error {
 	}
 	cfg, d := p.Config, p.Arch
 	gw := gguf.NewWriter()
-	writeConfig(gw, cfg, d, opts)
+	WriteConfig(gw, cfg, d, opts)
 	for _, kv := range opts.Metadata {
 		gw.SetKV(kv.Key, kv.Value)
 	}
@@ -160,8 +160,8 @@ func WriteGGUF(p *weights.Provider, w io.Writer, opts Options) error {
 	return err
 }
 
-// writeConfig writes the hyperparameters under llama.cpp's keys.
-func writeConfig(w *gguf.Writer, c weights.Config, d *arch.Descriptor, opts Options) {
+// WriteConfig writes the hyperparameters under llama.cpp's keys.
+func WriteConfig(w *gguf.Writer, c weights.Config, d *arch.Descriptor, opts Options) {
 	a := d.Name
 	u := func(k string, v int) { w.SetKV(a+"."+k, gguf.Uint32(uint32(v))) }
 	w.SetKV("general.architecture", gguf.String(a))

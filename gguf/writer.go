@@ -31,6 +31,7 @@ type Writer struct {
 type writerTensor struct {
 	info TensorInfo
 	data []byte
+	fill func(io.Writer) error // writes the data when data is nil
 }
 
 // NewWriter returns an empty GGUF v3 writer.
@@ -63,7 +64,22 @@ func (w *Writer) AddTensor(name string, typ ggml.Type, dims []uint64, data []byt
 	return w.addTensorAt(name, typ, dims, alignUp(w.end, w.alignment()), data)
 }
 
-func (w *Writer) addTensorAt(name string, typ ggml.Type, dims []uint64, offset uint64, data []byte) error {
+// AddTensorFunc appends a tensor whose data fill writes when the file is
+// written, so a large file can be produced one tensor at a time. fill must
+// write exactly the tensor's byte size.
+func (w *Writer) AddTensorFunc(name string, typ ggml.Type, dims []uint64, fill func(io.Writer) error) error {
+	size, err := typ.TensorBytes(dims)
+	if err != nil {
+		return fmt.Errorf("gguf writer: tensor %q: %w", name, err)
+	}
+	if err := w.addTensorAt(name, typ, dims, alignUp(w.end, w.alignment()), nil, size); err != nil {
+		return err
+	}
+	w.tensors[len(w.tensors)-1].fill = fill
+	return nil
+}
+
+func (w *Writer) addTensorAt(name string, typ ggml.Type, dims []uint64, offset uint64, data []byte, dataSize ...uint64) error {
 	if w.names[name] {
 		return fmt.Errorf("gguf writer: duplicate tensor %q", name)
 	}
@@ -74,7 +90,7 @@ func (w *Writer) addTensorAt(name string, typ ggml.Type, dims []uint64, offset u
 	if err != nil {
 		return fmt.Errorf("gguf writer: tensor %q: %w", name, err)
 	}
-	if uint64(len(data)) != size {
+	if uint64(len(data)) != size && (data != nil || len(dataSize) == 0 || dataSize[0] != size) {
 		return fmt.Errorf("gguf writer: tensor %q: %d bytes of data, %s %v needs %d", name, len(data), typ, dims, size)
 	}
 	if offset%w.alignment() != 0 {
@@ -171,6 +187,18 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		if err := pad(t.info.Offset); err != nil {
 			return n, err
 		}
+		if t.fill != nil {
+			cw := &countingWriter{w: bw}
+			if err := t.fill(cw); err != nil {
+				return n + cw.n, fmt.Errorf("gguf writer: tensor %q: %w", t.info.Name, err)
+			}
+			n += cw.n
+			if uint64(cw.n) != t.info.Size {
+				return n, fmt.Errorf("gguf writer: tensor %q: wrote %d bytes, want %d", t.info.Name, cw.n, t.info.Size)
+			}
+			pos += t.info.Size
+			continue
+		}
 		if err := write(t.data); err != nil {
 			return n, err
 		}
@@ -206,4 +234,15 @@ func Rewrite(f *File) (*Writer, error) {
 	}
 	w.Size = f.Size
 	return w, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	m, err := c.w.Write(p)
+	c.n += int64(m)
+	return m, err
 }
