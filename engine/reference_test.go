@@ -25,7 +25,12 @@ type reference struct {
 
 func loadReference(t *testing.T, dir string) *reference {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+	return loadReferenceFiles(t, filepath.Join(dir, "reference.json"), filepath.Join(dir, "logits.f32"))
+}
+
+func loadReferenceFiles(t *testing.T, jsonPath, logitsPath string) *reference {
+	t.Helper()
+	b, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +38,7 @@ func loadReference(t *testing.T, dir string) *reference {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "logits.f32"))
+	raw, err := os.ReadFile(logitsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +123,53 @@ func TestHFReferences(t *testing.T) {
 			for i := range r.Generated {
 				if gen[i] != r.Generated[i] {
 					t.Fatalf("greedy token %d is %d, want %d (got %v)", i, gen[i], r.Generated[i], gen)
+				}
+			}
+		})
+	}
+}
+
+// TestQuantizedReferences runs the quantized and MLX fixtures against
+// transformers fed the same dequantized weights
+// (scripts/make_quant_references.py). Both sides then multiply by the very
+// same float32 weights, so the float32 bar of 1e-4 applies unchanged, and
+// greedy decoding must agree.
+func TestQuantizedReferences(t *testing.T) {
+	refs, _ := filepath.Glob(filepath.Join("..", "testdata", "models", "quant", "*.reference.json"))
+	if len(refs) == 0 {
+		t.Skip("no quantized references in testdata/models/quant")
+	}
+	for _, ref := range refs {
+		base := ref[:len(ref)-len(".reference.json")]
+		name := filepath.Base(base)
+		t.Run(name, func(t *testing.T) {
+			r := loadReferenceFiles(t, ref, base+".logits.f32")
+			model := base
+			if _, err := os.Stat(base + ".gguf"); err == nil {
+				model = base + ".gguf"
+			}
+			p, err := weights.Open(model, weights.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			m, err := Load(p, cpu.New(2), Options{Context: 128, MaxBatch: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			got, gen := runReference(t, m, r)
+			worst := 0.0
+			for row := 0; row < r.Rows; row++ {
+				worst = max(worst, relErr(got[row*r.Vocab:(row+1)*r.Vocab], r.logits[row*r.Vocab:(row+1)*r.Vocab]))
+			}
+			t.Logf("worst row relative error %.3g", worst)
+			if worst > 1e-4 {
+				t.Errorf("worst row relative error %.3g > 1e-4", worst)
+			}
+			for i := range r.Generated {
+				if gen[i] != r.Generated[i] {
+					t.Fatalf("greedy token %d is %d, want %d", i, gen[i], r.Generated[i])
 				}
 			}
 		})
