@@ -349,3 +349,23 @@ func TestOpenReadsOnlyTheHeader(t *testing.T) {
 	}
 	mf.Close()
 }
+
+// TestZeroCopy: a mapped file's tensor data is a view of the map itself.
+func TestZeroCopy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	writeModel(t, path, nil, map[string][]float32{"a": {1, 2, 3, 4}})
+	f, err := OpenFile(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !f.Mapped() {
+		t.Skip("mmap unavailable on this platform")
+	}
+	ti, _ := f.Tensor("a")
+	d, _ := f.TensorData(ti)
+	want := &f.mapped[f.DataOffset+int64(ti.Offset)]
+	if &d[0] != want || cap(d) != len(d) {
+		t.Errorf("tensor data is not a capped view of the map")
+	}
+}

@@ -103,3 +103,44 @@ func TestInspectBadInput(t *testing.T) {
 		t.Errorf("no args: exit %d, want 2", code)
 	}
 }
+
+// TestInspectHFDirectories covers the safetensors side: plain, sharded and
+// MLX-quantized directories made for the tests.
+func TestInspectHFDirectories(t *testing.T) {
+	models := filepath.Join("..", "..", "testdata", "models")
+	for _, tc := range []struct {
+		dir, arch string
+		tensors   int
+		mlx       bool
+	}{
+		{"llama3-tiny", "llama", 30, false},
+		{"llama3-tiny-sharded", "llama", 30, false},
+		{"gemma3-tiny", "gemma3", 0, false},
+		{"quant/llama3-tiny-mlx4", "llama", 0, true},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			out, errOut, code := runWeft(t, "inspect", "--json", filepath.Join(models, tc.dir))
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var rep InspectReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Format != "safetensors" || rep.Architecture != tc.arch || rep.ConfigError != "" || rep.Config.NLayers == 0 {
+				t.Fatalf("format %s arch %s config error %q", rep.Format, rep.Architecture, rep.ConfigError)
+			}
+			if tc.tensors > 0 && len(rep.Tensors) != tc.tensors {
+				t.Errorf("%d tensors, want %d", len(rep.Tensors), tc.tensors)
+			}
+			for _, ft := range rep.Tensors {
+				if ft.Canonical == "" {
+					t.Errorf("tensor %q has no canonical name", ft.Name)
+				}
+			}
+			if tc.mlx && (len(rep.MLX) == 0 || rep.Config.QuantBits != 4) {
+				t.Errorf("MLX quantization not reported: %v bits %d", rep.MLX, rep.Config.QuantBits)
+			}
+		})
+	}
+}
