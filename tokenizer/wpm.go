@@ -9,18 +9,26 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// wpm segments text the way llama.cpp's llm_tokenizer_wpm does for BERT
-// vocabularies. Its GGUF vocabulary marks word starts, not continuations:
-// BERT's "the" is stored as "▁the" and "##ing" as "ing".
+// wpm segments text for BERT vocabularies the way Hugging Face's BERT
+// tokenizer does (BertNormalizer, BertPreTokenizer, WordPiece), which
+// llama.cpp's llm_tokenizer_wpm approximates. llama.cpp's GGUF vocabulary
+// marks word starts, not continuations: BERT's "the" is stored as "▁the"
+// and "##ing" as "ing".
 //
-// Preprocessing, per code point: each is replaced by the first code point of
-// its canonical decomposition (NFD), which drops the accents of precomposed
-// letters ("é" → "e", but a Hangul syllable keeps only its leading jamo);
-// whitespace ends a word; NUL, U+FFFD and control/format characters are
-// dropped; the rest is lower-cased, and punctuation, ASCII symbols and CJK
-// ideographs become words of one character. Each word, with "▁" put before
-// it, is then cut greedily into the longest pieces from the left; a word
-// with any part that matches no piece becomes a single UNK.
+// Preprocessing, per code point: whitespace ends a word; NUL, U+FFFD and
+// control, format, private-use and surrogate characters are dropped; CJK
+// ideographs are words of their own. Every other character is decomposed
+// (NFD) and stripped of its nonspacing marks (Mn), then lower-cased;
+// punctuation and ASCII symbols become words of their own. Each word, with
+// "▁" put before it, is then cut greedily into the longest pieces from the
+// left; a word of more than 100 characters, or with any part that matches
+// no piece, becomes a single UNK.
+//
+// llama.cpp differs in two ways this type does not copy: it keeps only the
+// first code point of a decomposition, so a Hangul syllable loses its vowel
+// and final consonant, and it keeps nonspacing marks typed as such (a
+// Devanagari virama, Thai vowel signs), which turns their words into UNK.
+// On English text and llama.cpp's own test vectors the two agree.
 //
 // wpm is read-only after newWPM and safe for concurrent use.
 type wpm struct {
@@ -40,6 +48,10 @@ const (
 	wpmDrop                   // is dropped
 	wpmAlone                  // is a word of its own
 )
+
+// wpmMaxWordChars is WordPiece's max_input_chars_per_word: a longer word
+// is UNK.
+const wpmMaxWordChars = 100
 
 var wpmASCII = func() (t [128]wpmClass) {
 	for c := range t {
@@ -75,6 +87,7 @@ func (w *wpm) encode(dst []int32, text string) []int32 {
 	defer w.words.Put(bp)
 	word := append((*bp)[:0], spmSpace...) // word[:3] is the "▁" prefix
 	const prefix = len(spmSpace)
+	var decomposed wpmRunes
 
 	for i := 0; i < len(text); {
 		c := text[i]
@@ -97,20 +110,43 @@ func (w *wpm) encode(dst []int32, text string) []int32 {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(text[i:])
-		if r != utf8.RuneError {
-			r = wpmNFDFirst(r, text[i:i+size])
-		}
+		src := text[i : i+size]
 		i += size
-		switch wpmClassOf(r) {
-		case wpmLetter:
-			word = utf8.AppendRune(word, unicode.ToLower(r))
-		case wpmSpace:
+		switch {
+		case unicode.IsSpace(r):
 			dst = w.word(dst, word)
 			word = word[:prefix]
-		case wpmAlone:
+			continue
+		case r == 0 || r == utf8.RuneError || unicode.Is(unicode.C, r):
+			continue
+		case wpmCJK(r):
 			dst = w.word(dst, word)
-			dst = w.word(dst, utf8.AppendRune(word[:prefix], unicode.ToLower(r)))
 			word = word[:prefix]
+			for _, d := range wpmDecompose(&decomposed, r, src) {
+				if !unicode.Is(unicode.Mn, d) {
+					word = utf8.AppendRune(word, unicode.ToLower(d))
+				}
+			}
+			dst = w.word(dst, word)
+			word = word[:prefix]
+			continue
+		}
+		for _, d := range wpmDecompose(&decomposed, r, src) {
+			if unicode.Is(unicode.Mn, d) {
+				continue
+			}
+			d = unicode.ToLower(d)
+			switch wpmClassOf(d) {
+			case wpmLetter:
+				word = utf8.AppendRune(word, d)
+			case wpmSpace:
+				dst = w.word(dst, word)
+				word = word[:prefix]
+			case wpmAlone:
+				dst = w.word(dst, word)
+				dst = w.word(dst, utf8.AppendRune(word[:prefix], d))
+				word = word[:prefix]
+			}
 		}
 	}
 	dst = w.word(dst, word)
@@ -124,6 +160,9 @@ func (w *wpm) word(dst []int32, word []byte) []int32 {
 	n := len(word)
 	if n == len(spmSpace) {
 		return dst // empty word
+	}
+	if n-len(spmSpace) > wpmMaxWordChars && utf8.RuneCount(word[len(spmSpace):]) > wpmMaxWordChars {
+		return append(dst, w.unk)
 	}
 	n0 := len(dst)
 	for i := 0; i < n; {
@@ -142,8 +181,7 @@ func (w *wpm) word(dst []int32, word []byte) []int32 {
 	return dst
 }
 
-// wpmClassOf sorts a code point, already mapped by wpmNFDFirst, as
-// llama.cpp's preprocessing does: by its Unicode general category.
+// wpmClassOf sorts a code point by its Unicode general category.
 func wpmClassOf(r rune) wpmClass {
 	switch {
 	case unicode.IsSpace(r):
@@ -156,21 +194,39 @@ func wpmClassOf(r rune) wpmClass {
 	return wpmLetter
 }
 
-// wpmNFDFirst returns the first code point of r's canonical decomposition
-// (r itself if it has none); src is r's UTF-8 encoding.
-func wpmNFDFirst(r rune, src string) rune {
-	const hangulFirst, hangulLast, jamoL, perL = 0xAC00, 0xD7A3, 0x1100, 21 * 28
+// wpmRunes holds a decomposition: the longest canonical one is 4 code
+// points, a Hangul syllable's 3.
+type wpmRunes [8]rune
+
+// wpmDecompose returns r's canonical decomposition (NFD), in buf; src is
+// r's UTF-8 encoding.
+func wpmDecompose(buf *wpmRunes, r rune, src string) []rune {
+	const sBase, sCount, lBase, vBase, tBase, nCount, tCount = 0xAC00, 11172, 0x1100, 0x1161, 0x11A7, 588, 28
 	if r < 0xC0 {
-		return r // nothing below U+00C0 decomposes
+		buf[0] = r // nothing below U+00C0 decomposes
+		return buf[:1]
 	}
-	if hangulFirst <= r && r <= hangulLast {
-		return jamoL + (r-hangulFirst)/perL
+	if s := r - sBase; 0 <= s && s < sCount {
+		buf[0], buf[1] = lBase+s/nCount, vBase+s%nCount/tCount
+		if t := s % tCount; t != 0 {
+			buf[2] = tBase + t
+			return buf[:3]
+		}
+		return buf[:2]
 	}
-	if d := norm.NFD.PropertiesString(src).Decomposition(); len(d) > 0 {
-		first, _ := utf8.DecodeRune(d)
-		return first
+	d := norm.NFD.PropertiesString(src).Decomposition()
+	if len(d) == 0 {
+		buf[0] = r
+		return buf[:1]
 	}
-	return r
+	n := 0
+	for len(d) > 0 && n < len(buf) {
+		c, size := utf8.DecodeRune(d)
+		buf[n] = c
+		n++
+		d = d[size:]
+	}
+	return buf[:n]
 }
 
 // wpmCJK reports whether r is a CJK ideograph, by the ranges BERT uses (with

@@ -23,7 +23,7 @@ func TestWPMLlamacppVectors(t *testing.T) {
 func TestWPMPreprocess(t *testing.T) {
 	v := &Vocab{
 		Tokens: []string{"[UNK]", "▁hello", "▁world", "▁un", "aff", "able", "▁a", "▁!", "▁,", "▁$", "▁你", "▁好",
-			"▁fuhrer", "▁e", "▁ᄒ", "▁ω", "▁'", "▁ſ", "▁-", "▁unaff"},
+			"▁fuhrer", "▁e", "▁ᄒ", "▁ω", "▁'", "▁ſ", "▁-", "▁unaff", "ᅡ", "ᆫ", "a", "▁न", "म", "स", "त", "▁i"},
 		UNK: 0,
 	}
 	w, err := newWPM(v)
@@ -43,19 +43,23 @@ func TestWPMPreprocess(t *testing.T) {
 		{"你好", []int32{10, 11}},                  // CJK ideographs stand alone
 		{"Führer", []int32{12}},                  // accents go with NFD
 		{"Ｅ", []int32{0}},                        // a compatibility form is kept (NFD, not NFKD)
-		{"e\u0301", []int32{0}},                  // a combining mark typed as such stays
+		{"e\u0301", []int32{13}},                 // a combining mark typed as such goes too
 		{"é", []int32{13}},                       //
-		{"한", []int32{14}},                       // a Hangul syllable keeps its leading jamo
+		{"한", []int32{14, 20, 21}},               // a Hangul syllable becomes its jamo
+		{"नमस्ते", []int32{23, 24, 25, 26}},      // the virama (Mn) goes; the vowel sign (Mc) stays: no piece
+		{"नमसत", []int32{23, 24, 25, 26}},        //
+		{"İ", []int32{27}},                       // capital I with dot: the dot is a mark
 		{"\u2126", []int32{15}},                  // OHM SIGN decomposes to omega, then lower case
-		{"\u1e9b", []int32{17}},                  // long s with dot: the first code point is ſ
+		{"\u1e9b", []int32{17}},                  // long s with dot above
 		{"a\u200bb\x00c\xffd\ufffd", []int32{0}}, // format, NUL, bad bytes and U+FFFD vanish: "abcd"
 		{"a\u00a0a\u3000a", []int32{6, 6, 6}},    // Unicode whitespace
 		{"'-'", []int32{16, 18, 16}},             //
 		{"", nil},                                //
 		{" \t ", nil},                            //
 		{"\U0001F600", []int32{0}},               // a symbol above ASCII joins words: unknown
-		{strings.Repeat("a", 100), []int32{0}},   //
-		{"hello " + strings.Repeat("a", 9), []int32{1, 0}},
+		{strings.Repeat("a", 100), append([]int32{6}, slices.Repeat([]int32{22}, 99)...)},
+		{strings.Repeat("a", 101), []int32{0}}, // more than 100 characters
+		{"hello ab", []int32{1, 0}},            // no "b" continuation
 	}
 	for _, tc := range tests {
 		if got := w.encode(nil, tc.text); !slices.Equal(got, tc.want) {
