@@ -45,6 +45,12 @@ func benchVocabs() []struct {
 		{"deepseek-coder", gguf("ggml-vocab-deepseek-coder.gguf")},
 		{"deepseek-llm", gguf("ggml-vocab-deepseek-llm.gguf")},
 		{"baichuan", gguf("ggml-vocab-baichuan.gguf")},
+		{"mistral-v1", func(t testing.TB) *Tokenizer {
+			return loadTokenizer(t, testdataDir(t, "mistral-spm", "tokenizer.model.v1"))
+		}},
+		{"mistral-v3", func(t testing.TB) *Tokenizer {
+			return loadTokenizer(t, testdataDir(t, "mistral-spm", "mistral_instruct_tokenizer_240323.model.v3"))
+		}},
 	}
 }
 

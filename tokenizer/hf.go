@@ -52,8 +52,10 @@ func VocabFromHF(dir string) (*Vocab, error) {
 		if err == nil {
 			v.Pre, v.NFC, err = preFromClass(dir, cfg.TokenizerClass)
 		}
+	case exists(filepath.Join(dir, "tokenizer.model")):
+		v, err = VocabFromSentencePiece(filepath.Join(dir, "tokenizer.model"))
 	default:
-		return nil, fmt.Errorf("tokenizer: %s: no tokenizer.json or vocab.json", dir)
+		return nil, fmt.Errorf("tokenizer: %s: no tokenizer.json, vocab.json or tokenizer.model", dir)
 	}
 	if err != nil {
 		return nil, err

@@ -2,7 +2,10 @@ package tokenizer
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/weftlm/weft/gguf"
 )
@@ -14,8 +17,9 @@ const (
 	keyEOM          = "tokenizer.ggml.eom_token_id"
 )
 
-// Load reads a tokenizer from a GGUF file or from a directory of Hugging
-// Face tokenizer files (see FromHF).
+// Load reads a tokenizer from a GGUF file, a directory of Hugging Face
+// tokenizer files (see FromHF), a tokenizer.json file or a SentencePiece
+// model file (a name containing ".model").
 func Load(path string) (*Tokenizer, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -24,12 +28,42 @@ func Load(path string) (*Tokenizer, error) {
 	if st.IsDir() {
 		return FromHF(path)
 	}
-	m, err := gguf.Open(path, gguf.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+	var v *Vocab
+	switch {
+	case isGGUF(path) || strings.HasSuffix(path, ".gguf"):
+		m, err := gguf.Open(path, gguf.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		defer m.Close()
+		return FromGGUF(m)
+	case strings.HasSuffix(path, ".json"):
+		v, err = readTokenizerJSON(path)
+	case strings.Contains(filepath.Base(path), ".model"): // tokenizer.model, Mistral's tokenizer.model.v3
+		v, err = VocabFromSentencePiece(path)
+	default:
+		return nil, fmt.Errorf("tokenizer: %s: not a GGUF file, a tokenizer.json or a SentencePiece .model", path)
 	}
-	defer m.Close()
-	return FromGGUF(m)
+	if err != nil {
+		return nil, err
+	}
+	t, err := New(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, path)
+	}
+	return t, nil
+}
+
+// isGGUF reports whether the file at path starts with the GGUF magic.
+func isGGUF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [4]byte
+	_, err = io.ReadFull(f, magic[:])
+	return err == nil && string(magic[:]) == "GGUF"
 }
 
 // FromGGUF builds a tokenizer from GGUF metadata: the vocabulary

@@ -68,6 +68,9 @@ func swiftTokenizers(t *testing.T) []struct {
 		{"llama2-tokenizer.json", "coreml-projects/Llama-2-7b-chat-coreml", false, func(t testing.TB) *Tokenizer {
 			return hfFileTokenizer(t, filepath.Join(vocabs, "llama_tokenizer.json"), filepath.Join(vocabs, "llama_tokenizer_config.json"))
 		}},
+		{"llama2-sentencepiece", "coreml-projects/Llama-2-7b-chat-coreml", false, func(t testing.TB) *Tokenizer {
+			return loadTokenizer(t, testdataDir(t, "llama2-tokenizer", "tokenizer.model"))
+		}},
 		{"llama3.2", "pcuenq/Llama-3.2-1B-Instruct-tokenizer", true, func(t testing.TB) *Tokenizer { return newTokenizer(t, llama3Vocab(t)) }},
 		{"falcon-gguf", "tiiuae/falcon-7b", true, gguf("ggml-vocab-falcon.gguf")},
 		// BGE's vocabulary is bert-base-uncased's.
@@ -123,7 +126,8 @@ func TestSwiftEncoded(t *testing.T) {
 	files := map[string]string{
 		"gpt2-gguf": "gpt2_encoded_tokens.json", "gpt2-tokenizer.json": "gpt2_encoded_tokens.json",
 		"llama2-gguf": "llama_encoded.json", "llama2-tokenizer.json": "llama_encoded.json",
-		"llama3.2": "llama_3.2_encoded.json", "falcon-gguf": "falcon_encoded.json",
+		"llama2-sentencepiece": "llama_encoded.json",
+		"llama3.2":             "llama_3.2_encoded.json", "falcon-gguf": "falcon_encoded.json",
 	}
 	for _, tc := range swiftTokenizers(t) {
 		if files[tc.name] == "" {
@@ -171,6 +175,9 @@ func TestMultilingualConformance(t *testing.T) {
 		}},
 		{"tinyllama-tokenizer.json", "tinyllama", func(t testing.TB) *Tokenizer {
 			return hfFileTokenizer(t, filepath.Join(vocabs, "llama_tokenizer.json"), filepath.Join(vocabs, "llama_tokenizer_config.json"))
+		}},
+		{"tinyllama-sentencepiece", "tinyllama", func(t testing.TB) *Tokenizer {
+			return loadTokenizer(t, testdataDir(t, "llama2-tokenizer", "tokenizer.model"))
 		}},
 		{"gpt2", "gpt2", func(t testing.TB) *Tokenizer {
 			return hfFileTokenizer(t, filepath.Join(vocabs, "gpt2_tokenizer.json"), filepath.Join(vocabs, "gpt2_tokenizer_config.json"))

@@ -187,3 +187,10 @@ func TestOllamaInputs(t *testing.T) {
 	}
 	checkCases(t, "llama3.2", newTokenizer(t, llama3Vocab(t)), cases, false)
 }
+
+// TestSentencePieceVectors checks the Llama 2 tokenizer.model against the
+// llama-spm vectors, which were made with that vocabulary.
+func TestSentencePieceVectors(t *testing.T) {
+	tk := loadTokenizer(t, testdataDir(t, "llama2-tokenizer", "tokenizer.model"))
+	checkCases(t, "llama2 tokenizer.model", tk, readVectors(t, testdataDir(t, "llamacpp-vocab", "ggml-vocab-llama-spm.gguf.inp")), false)
+}
