@@ -194,3 +194,30 @@ func TestFromHFFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaspacePrependScheme checks where a SentencePiece-style
+// tokenizer.json puts its leading ▁: before every text fragment
+// ("always", as llama.cpp does) or only at the start of the text ("first").
+func TestMetaspacePrependScheme(t *testing.T) {
+	doc := func(scheme string) string {
+		return `{"added_tokens": [{"id": 1, "content": "<s>", "special": true}],
+		 "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "` + scheme + `", "split": false},
+		 "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+		  "vocab": {"<unk>": 0, "<s>": 1, "▁": 2, "a": 3, "▁a": 4}, "merges": ["▁ a"]}}`
+	}
+	tests := []struct {
+		scheme, text string
+		want         []int32
+	}{
+		{"always", "<s>a a", []int32{1, 4, 4}},
+		{"first", "<s>a a", []int32{1, 3, 4}},
+		{"first", "a<s>a", []int32{4, 1, 3}},
+		{"never", "a a", []int32{3, 4}},
+	}
+	for _, tc := range tests {
+		tk := newTokenizer(t, mustParse(t, doc(tc.scheme)))
+		if got := tk.Encode(tc.text, false, true); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Encode(%q) = %v, want %v", tc.scheme, tc.text, got, tc.want)
+		}
+	}
+}

@@ -78,12 +78,13 @@ func parseComponent(b json.RawMessage) (*hfComponent, error) {
 // hfPipeline is what the normalizer and pre-tokenizer of a tokenizer.json
 // amount to.
 type hfPipeline struct {
-	nfc         bool
-	spaceToMeta bool // spaces become ▁ (SentencePiece style)
-	prependMeta bool // ▁ goes before the text
-	byteLevel   bool
-	bert        bool
-	regexes     []string // pre-tokenizer stages
+	nfc          bool
+	spaceToMeta  bool // spaces become ▁ (SentencePiece style)
+	prependMeta  bool // ▁ goes before the text
+	prependFirst bool // only before the text's first fragment
+	byteLevel    bool
+	bert         bool
+	regexes      []string // pre-tokenizer stages
 }
 
 func (p *hfPipeline) normalizer(raw json.RawMessage) error {
@@ -155,8 +156,10 @@ func (p *hfPipeline) preTokenizer(raw json.RawMessage) error {
 		}
 		p.spaceToMeta = true
 		switch c.PrependScheme {
-		case "always", "first":
+		case "always":
 			p.prependMeta = true
+		case "first":
+			p.prependMeta, p.prependFirst = true, true
 		case "never":
 		case "":
 			p.prependMeta = c.AddPrefixSpace == nil || *c.AddPrefixSpace
@@ -312,7 +315,7 @@ func hfBPE(v *Vocab, tj *hfTokenizerJSON, p *hfPipeline) error {
 		v.Model, v.Pre = "gpt2", name
 	case p.spaceToMeta && len(p.regexes) == 0 && !p.bert:
 		v.Model, v.Pre = "llama", "default"
-		v.AddSpacePrefix, v.EscapeWhitespaces = p.prependMeta, true
+		v.AddSpacePrefix, v.EscapeWhitespaces, v.SpacePrefixFirstOnly = p.prependMeta, true, p.prependFirst
 		for id, t := range v.Tokens {
 			if _, ok := spmByteToken(t); ok && m.ByteFallback {
 				v.Types[id] = TypeByte

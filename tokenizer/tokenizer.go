@@ -197,7 +197,8 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpec
 			start, end = len(text), len(text)
 		}
 		if start > i {
-			dst = t.encodeFragment(dst, text[i:start], prevSpecial)
+			prefix := v.AddSpacePrefix && prevSpecial && (i == 0 || !v.SpacePrefixFirstOnly)
+			dst = t.encodeFragment(dst, text[i:start], prefix)
 			prevSpecial = false
 		}
 		if id >= 0 {
@@ -215,17 +216,18 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpec
 	return dst
 }
 
-// encodeFragment segments text that holds no special token.
-func (t *Tokenizer) encodeFragment(dst []int32, text string, prevSpecial bool) []int32 {
+// encodeFragment segments text that holds no special token. prefix asks
+// for SentencePiece's leading space.
+func (t *Tokenizer) encodeFragment(dst []int32, text string, prefix bool) []int32 {
 	if t.v.NFC {
 		text = norm.NFC.String(text)
 	}
 	switch {
 	case t.spm != nil:
-		return t.spm.encode(dst, text, t.v.AddSpacePrefix && prevSpecial)
+		return t.spm.encode(dst, text, prefix)
 	case t.spmBPE != nil:
 		var b strings.Builder
-		if t.v.AddSpacePrefix && prevSpecial {
+		if prefix {
 			b.WriteString(spmSpace)
 		}
 		b.WriteString(strings.ReplaceAll(text, " ", spmSpace))

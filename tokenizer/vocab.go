@@ -41,4 +41,8 @@ type Vocab struct {
 	NFC          bool    // normalize text to Unicode NFC before segmenting it
 	EOG          []int32 // end-of-generation ids besides EOS (GGUF eot/eom ids, HF generation_config)
 	ChatTemplate string  // Jinja chat template shipped with the vocabulary, if any
+
+	// SpacePrefixFirstOnly limits AddSpacePrefix to the start of the text,
+	// not each text after a special token (HF Metaspace prepend_scheme "first").
+	SpacePrefixFirstOnly bool
 }
