@@ -213,6 +213,11 @@ func asError(name string, err error) *Error {
 		return &Error{Template: name, Line: syn.Line, Column: syn.Column, Msg: syn.Message, Err: err}
 	}
 	e = &Error{Template: name, Msg: err.Error(), Err: err}
+	if strings.Contains(e.Msg, ErrBudget.Error()) {
+		// The limit's error passes through gonja's *exec.Value, which
+		// does not unwrap; restore it for errors.Is.
+		e.Err = ErrBudget
+	}
 	if m := lineRE.FindAllStringSubmatch(e.Msg, -1); m != nil {
 		e.Line, _ = strconv.Atoi(m[len(m)-1][1])
 	}

@@ -60,10 +60,24 @@ var structures = func() *exec.ControlStructureSet {
 // strips them after a }} or %} on the same line, which Jinja keeps.)
 func lexTemplate(src string, cfg *config.Config) ([]*tokens.Token, error) {
 	lx := tokens.NewLexer(src, cfg)
-	go lx.Run()
+	var crash any
+	go func() {
+		// Run closes the channel when it finishes; a panic skips that, so
+		// close it here, or the loop below would wait forever.
+		defer func() {
+			if r := recover(); r != nil {
+				crash = r
+				close(lx.Tokens)
+			}
+		}()
+		lx.Run()
+	}()
 	var toks []*tokens.Token
 	for t := range lx.Tokens {
 		toks = append(toks, t)
+	}
+	if crash != nil {
+		return nil, &Error{Msg: fmt.Sprintf("template lexer failed: %v", crash)}
 	}
 	input := lx.Input
 	depth, blocks := 0, 0
