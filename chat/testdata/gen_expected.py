@@ -17,7 +17,12 @@ hf-qwen2.5-0.5b/tokenizer_config.json (the project's shared/testdata);
 --own names this package's testdata/templates.
 --jinja2-only renders with jinja2 set up as transformers sets it up, for
 checking new cases where transformers is missing; its output is marked as such
-and the Go tests refuse it.
+and the Go tests refuse it unless CHAT_EXPECTED names the file.
+
+The committed expected.json came from one run on the device machine
+(transformers 5.17.0, jinja2 3.1.6; see its meta), with the shared templates
+carried in .device/chat/ (hf-chat-templates/*.jinja and
+hf-qwen2.5-0.5b/tokenizer_config.json, copies of shared/testdata).
 """
 
 import argparse
