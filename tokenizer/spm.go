@@ -33,6 +33,9 @@ type spm struct {
 	// (no piece has one inside) and no unused piece can form: then every
 	// such "▁" starts an independent word, and words are cached.
 	words bool
+	// unusedReach is set when merges can form an unused piece, which must
+	// then be split again: only the general merge does that.
+	unusedReach bool
 	// isolated marks the ASCII characters in no longer piece, such as a
 	// newline in most vocabularies: no merge crosses them either.
 	isolated [128]bool
@@ -145,7 +148,8 @@ func newSPM(v *Vocab) (*spm, error) {
 		}
 	}
 	s.pairs = newSPMPairs(s.ids)
-	s.words = !s.spaceInside() && !s.unusedReachable()
+	s.unusedReach = s.unusedReachable()
+	s.words = !s.spaceInside() && !s.unusedReach
 	for c := range s.isolated {
 		s.isolated[c] = true
 	}
@@ -306,7 +310,8 @@ func (s *spm) word(dst []int32, sc *spmScratch, w []byte) []int32 {
 }
 
 // merge appends the tokens of text: it is cut into characters and pairs
-// are joined best score first until none forms a piece.
+// are joined best score first until none forms a piece. sc.syms holds the
+// characters, linked as a list, for either way of merging.
 func (s *spm) merge(dst []int32, sc *spmScratch, text []byte) []int32 {
 	syms := sc.syms[:0]
 	for off := int32(0); off < int32(len(text)); {
@@ -324,7 +329,15 @@ func (s *spm) merge(dst []int32, sc *spmScratch, text []byte) []int32 {
 	}
 	syms[len(syms)-1].next = -1
 	sc.syms = syms
+	if len(syms) <= spmSmall && !s.unusedReach {
+		return s.mergeSmall(dst, sc, text, syms)
+	}
+	return s.mergeHeap(dst, sc, text, syms)
+}
 
+// mergeHeap keeps the candidate pairs in a priority queue, as llama.cpp
+// does: O(n log n) for n characters, whatever the text.
+func (s *spm) mergeHeap(dst []int32, sc *spmScratch, text []byte, syms []spmSymbol) []int32 {
 	h := sc.heap[:0]
 	for i := 1; i < len(syms); i++ {
 		h = s.pushBigram(sc, h, text, int32(i-1), int32(i))
@@ -381,27 +394,15 @@ func (s *spm) merge(dst []int32, sc *spmScratch, text []byte) []int32 {
 // their joined text is a piece; the caller restores the heap order.
 func (s *spm) pushBigram(sc *spmScratch, h []spmBigram, text []byte, left, right int32) []spmBigram {
 	l, r := &sc.syms[left], &sc.syms[right]
-	size := l.n + r.n
-	if int(size) > s.maxLen {
+	id, ok := s.join(text, l, r)
+	if !ok {
 		return h
-	}
-	var id int32
-	if l.id >= 0 && r.id >= 0 {
-		if id = s.pairs.get(l.id, r.id); id < 0 {
-			return h
-		}
-	} else {
-		// A character that is no piece may still start or end one.
-		x, ok := s.ids[string(text[l.start:l.start+size])]
-		if !ok {
-			return h
-		}
-		id = x
 	}
 	var score float32
 	if s.scores != nil {
 		score = s.scores[id]
 	}
+	size := l.n + r.n
 	h = append(h, spmBigram{key: uint64(spmOrderedFloat(score))<<32 | uint64(^uint32(left)), right: right, size: size, id: id})
 	if s.unused != nil && s.unused[id] {
 		if sc.splits == nil {
@@ -410,6 +411,81 @@ func (s *spm) pushBigram(sc *spmScratch, h []spmBigram, text []byte, left, right
 		sc.splits[string(text[l.start:l.start+size])] = int(l.n)
 	}
 	return h
+}
+
+// join returns the piece that symbols l and r, adjacent in text, form.
+func (s *spm) join(text []byte, l, r *spmSymbol) (int32, bool) {
+	size := l.n + r.n
+	if int(size) > s.maxLen {
+		return 0, false
+	}
+	if l.id >= 0 && r.id >= 0 {
+		id := s.pairs.get(l.id, r.id)
+		return id, id >= 0
+	}
+	// A character that is no piece may still start or end one.
+	id, ok := s.ids[string(text[l.start:l.start+size])]
+	return id, ok
+}
+
+// spmSmall is the most symbols mergeSmall takes: for a short word a scan
+// for the best pair beats keeping a heap.
+const spmSmall = 24
+
+// mergeSmall merges like merge, by scanning the pairs for the best one
+// instead of keeping a queue: the highest score wins and, among equals, the
+// leftmost, as in the queue. syms is compacted as symbols join.
+func (s *spm) mergeSmall(dst []int32, sc *spmScratch, text []byte, syms []spmSymbol) []int32 {
+	var keys [spmSmall]int64 // score order of the pair (i, i+1); -1 if no piece
+	var ids [spmSmall]int32
+	pair := func(i int) {
+		keys[i] = -1
+		if id, ok := s.join(text, &syms[i], &syms[i+1]); ok {
+			var score float32
+			if s.scores != nil {
+				score = s.scores[id]
+			}
+			keys[i], ids[i] = int64(spmOrderedFloat(score)), id
+		}
+	}
+	n := len(syms)
+	for i := 0; i+1 < n; i++ {
+		pair(i)
+	}
+	for {
+		best := -1
+		bestKey := int64(-1)
+		for i := 0; i+1 < n; i++ {
+			if keys[i] > bestKey {
+				best, bestKey = i, keys[i]
+			}
+		}
+		if best < 0 {
+			break
+		}
+		syms[best].n += syms[best+1].n
+		syms[best].id = ids[best]
+		copy(syms[best+1:n], syms[best+2:n])
+		if best+2 < n { // drop pair best+1, move the later pairs down
+			copy(keys[best+1:], keys[best+2:n-1])
+			copy(ids[best+1:], ids[best+2:n-1])
+		}
+		n--
+		if best+1 < n {
+			pair(best)
+		}
+		if best > 0 {
+			pair(best - 1)
+		}
+	}
+	for _, sym := range syms[:n] {
+		if sym.id >= 0 && (s.unused == nil || !s.unused[sym.id]) {
+			dst = append(dst, sym.id)
+		} else {
+			dst = s.resegment(dst, sc, text[sym.start:sym.start+sym.n])
+		}
+	}
+	return dst
 }
 
 // spmOrderedFloat maps a float32 to a uint32 of the same order.

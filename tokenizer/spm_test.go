@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -138,6 +139,63 @@ func TestSPMMerges(t *testing.T) {
 	}
 }
 
+// TestSPMSmallMatchesHeap checks that the scan for short words and the
+// priority queue merge alike, on words of the novel and on random strings
+// over a few characters (where ties abound).
+func TestSPMSmallMatchesHeap(t *testing.T) {
+	_, s := spLoadSPM(t, "ggml-vocab-llama-spm.gguf")
+	if s.unusedReach {
+		t.Fatal("llama-spm should merge without unused pieces")
+	}
+	_, lines, _ := spWarAndPeace(t)
+	var words []string
+	for _, l := range lines[:2000] {
+		for _, w := range strings.Fields(l) {
+			words = append(words, spmSpace+w)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "b", "e", "r", "t", "▁", "é", "\xe2", "0"}
+	for range 3000 {
+		var b strings.Builder
+		for range 1 + rng.IntN(spmSmall) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		words = append(words, b.String())
+	}
+	sc := new(spmScratch)
+	symbols := func(w string) []spmSymbol {
+		sc.syms = sc.syms[:0]
+		for off := int32(0); off < int32(len(w)); {
+			n := min(spmCharLen[w[off]>>4], int32(len(w))-off)
+			id, ok := s.ids[w[off:off+n]]
+			if !ok {
+				id = -1
+			}
+			k := int32(len(sc.syms))
+			sc.syms = append(sc.syms, spmSymbol{start: off, n: n, prev: k - 1, next: k + 1, id: id})
+			off += n
+		}
+		sc.syms[len(sc.syms)-1].next = -1
+		return sc.syms
+	}
+	checked := 0
+	for _, w := range words {
+		if len(symbols(w)) > spmSmall {
+			continue
+		}
+		small := s.mergeSmall(nil, sc, []byte(w), symbols(w))
+		heap := s.mergeHeap(nil, sc, []byte(w), symbols(w))
+		if !slices.Equal(small, heap) {
+			t.Errorf("%q: scan %v, queue %v", w, small, heap)
+		}
+		checked++
+	}
+	if checked < 10000 {
+		t.Errorf("only %d words checked", checked)
+	}
+}
+
 func TestNewSPMErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -207,6 +265,30 @@ func BenchmarkSPMEncode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSPMEncodeCold encodes the novel's lines with an empty word cache
+// each time: a first pass over new text.
+func BenchmarkSPMEncodeCold(b *testing.B) {
+	v, _ := spLoadSPM(b, "ggml-vocab-llama-spm.gguf")
+	_, lines, _ := spWarAndPeace(b)
+	n := 0
+	for _, l := range lines {
+		n += len(l)
+	}
+	b.SetBytes(int64(n))
+	var dst []int32
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s, err := newSPM(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for _, l := range lines {
+			dst = s.encode(dst[:0], l, true)
+		}
 	}
 }
 
