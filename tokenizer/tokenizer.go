@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -15,6 +16,8 @@ type Tokenizer struct {
 	special *specialSplitter
 	pieces  []string // per id: the bytes the token stands for (see Piece)
 	eog     map[int32]bool
+	idsOnce sync.Once
+	ids     map[string]int32 // token text -> id, built by the first ID call
 
 	// One segmenter, by Vocab.Model.
 	spm     *spm            // "llama" with scores
@@ -164,14 +167,20 @@ func (t *Tokenizer) Type(id int32) TokenType {
 	return t.types[id]
 }
 
-// ID returns the id of the token whose text is exactly text.
+// ID returns the id of the token whose text is exactly text (for
+// SentencePiece "▁the", for GPT-2 "Ġthe"); of two such tokens, the first.
 func (t *Tokenizer) ID(text string) (int32, bool) {
-	for id, s := range t.v.Tokens {
-		if s == text {
-			return int32(id), true
+	t.idsOnce.Do(func() {
+		t.ids = make(map[string]int32, len(t.v.Tokens))
+		for id := len(t.v.Tokens) - 1; id >= 0; id-- {
+			t.ids[t.v.Tokens[id]] = int32(id)
 		}
+	})
+	id, ok := t.ids[text]
+	if !ok {
+		return -1, false
 	}
-	return -1, false
+	return id, true
 }
 
 // Encode returns the ids of text. With addSpecial it adds the BOS and EOS

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -197,5 +198,56 @@ func TestNewErrors(t *testing.T) {
 		if _, err := New(v); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: New error = %v, want one containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestConcurrentEncode encodes from several goroutines at once; run with
+// -race it checks that the shared scratch pools and caches are safe.
+func TestConcurrentEncode(t *testing.T) {
+	tk := newTokenizer(t, byteVocab(t, []string{"h e", "he l", "l o", "hel lo"}, "<|end|>"))
+	texts := []string{"hello world", "hello<|end|>", strings.Repeat("hello ", 50), strings.Repeat("l", 200)}
+	want := make([][]int32, len(texts))
+	for i, s := range texts {
+		want[i] = tk.Encode(s, true, true)
+	}
+	done := make(chan error)
+	for g := range 4 {
+		go func() {
+			for i := range 200 {
+				k := (g + i) % len(texts)
+				if got := tk.Encode(texts[k], true, true); !slices.Equal(got, want[k]) {
+					done <- fmt.Errorf("goroutine %d: Encode(%q) = %v, want %v", g, texts[k], got, want[k])
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestMistralControlTokens checks the control tokens of Mistral's v3
+// SentencePiece model: parsed from text only when asked, and EOS ends
+// generation.
+func TestMistralControlTokens(t *testing.T) {
+	tk := loadTokenizer(t, testdataDir(t, "mistral-spm", "mistral_instruct_tokenizer_240323.model.v3"))
+	inst, ok1 := tk.ID("[INST]")
+	end, ok2 := tk.ID("[/INST]")
+	if !ok1 || !ok2 {
+		t.Fatal("no [INST] / [/INST] tokens")
+	}
+	ids := tk.Encode("[INST] Hi [/INST]", true, true)
+	if len(ids) < 4 || ids[0] != tk.BOS() || ids[1] != inst || ids[len(ids)-1] != end {
+		t.Errorf("Encode with special parsing = %v, want BOS %d, %d, ..., %d", ids, tk.BOS(), inst, end)
+	}
+	if plain := tk.Encode("[INST] Hi [/INST]", false, false); slices.Contains(plain, inst) || tk.Decode(plain) != "[INST] Hi [/INST]" {
+		t.Errorf("Encode without special parsing = %v (%q)", plain, tk.Decode(plain))
+	}
+	if !tk.IsEOG(tk.EOS()) || tk.IsEOG(inst) {
+		t.Errorf("IsEOG(EOS %d) = %v, IsEOG([INST]) = %v", tk.EOS(), tk.IsEOG(tk.EOS()), tk.IsEOG(inst))
 	}
 }
