@@ -87,6 +87,9 @@ type Op struct {
 	Out, A, B  BufID
 	W, Bias    WeightID
 	OnSelected bool // operate on the selected (logit) rows
+	// Head marks the ops that turn the final hidden state into logits;
+	// a batch asking for hidden states skips them.
+	Head bool
 
 	Eps     float32 // RMSNorm
 	Group   int     // RMSNorm group width
@@ -141,6 +144,10 @@ type Program struct {
 	Ops     []Op
 	Logits  BufID // where the selected rows' logits end up
 	Vocab   int
+	// Hidden holds the selected rows' final normalised hidden states
+	// (Dim columns) once the non-head ops have run.
+	Hidden BufID
+	Dim    int
 }
 
 // Batch is the per-step input: Rows tokens, each with its position and
@@ -150,6 +157,9 @@ type Batch struct {
 	Pos      []int32
 	Slots    []int32
 	Selected []int32 // row indices, ascending; their logits are produced
+	// HiddenOnly asks for the selected rows' final hidden states (Dim
+	// floats each) instead of logits: the Head ops are skipped.
+	HiddenOnly bool
 }
 
 // Validate checks a batch against the program's limits.
@@ -202,9 +212,17 @@ type Backend interface {
 // Exec is a compiled Program.
 type Exec interface {
 	// Run executes the plan for one batch and copies the selected rows'
-	// logits into logits ([len(Selected), Vocab], row-major). Run never
-	// allocates.
-	Run(b *Batch, logits []float32) error
+	// logits into out ([len(Selected), Vocab], row-major) — or, for a
+	// HiddenOnly batch, their hidden states ([len(Selected), Dim]). Run
+	// never allocates.
+	Run(b *Batch, out []float32) error
 	// Close frees the plan's buffers, caches and weights.
 	Close() error
+}
+
+// KeyReader is implemented by executables that can read back cached keys
+// (for attention inspection): n positions from pos of layer's cache in
+// slot, as they were stored (after RoPE), into dst ([n, KVDim]).
+type KeyReader interface {
+	ReadKeys(layer, slot, pos, n int, dst []float32) error
 }

@@ -255,12 +255,13 @@ func buildProgram(p *weights.Provider, maxRows, slots, ctx int) (*backend.Progra
 	ops = append(ops,
 		backend.Op{Kind: backend.OpGather, Layer: -1, Out: bf.sel, A: bf.x, OnSelected: true},
 		backend.Op{Kind: backend.OpRMSNorm, Layer: -1, Out: bf.selN, A: bf.sel, W: outNorm, Eps: float32(cfg.NormEps), Group: cfg.Dim, OnSelected: true},
-		backend.Op{Kind: backend.OpMatMul, Layer: -1, Out: bf.logits, A: bf.selN, W: out, Bias: backend.NoWeight, OnSelected: true},
+		backend.Op{Kind: backend.OpMatMul, Layer: -1, Out: bf.logits, A: bf.selN, W: out, Bias: backend.NoWeight, OnSelected: true, Head: true},
 	)
 	if cfg.FinalSoftcap > 0 {
-		ops = append(ops, backend.Op{Kind: backend.OpSoftcap, Layer: -1, Out: bf.logits, A: bf.logits, Cap: float32(cfg.FinalSoftcap), OnSelected: true})
+		ops = append(ops, backend.Op{Kind: backend.OpSoftcap, Layer: -1, Out: bf.logits, A: bf.logits, Cap: float32(cfg.FinalSoftcap), OnSelected: true, Head: true})
 	}
 	b.prog.Ops = ops
 	b.prog.Logits = bf.logits
+	b.prog.Hidden, b.prog.Dim = bf.selN, cfg.Dim
 	return b.prog, nil
 }

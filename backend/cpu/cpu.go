@@ -143,8 +143,12 @@ func (e *exec) Run(b *backend.Batch, logits []float32) error {
 	if err := e.p.Validate(b); err != nil {
 		return err
 	}
-	if len(logits) != len(b.Selected)*e.p.Vocab {
-		return fmt.Errorf("cpu: logits buffer of %d floats, want %d", len(logits), len(b.Selected)*e.p.Vocab)
+	width, src := e.p.Vocab, e.p.Logits
+	if b.HiddenOnly {
+		width, src = e.p.Dim, e.p.Hidden
+	}
+	if len(logits) != len(b.Selected)*width {
+		return fmt.Errorf("cpu: output buffer of %d floats, want %d", len(logits), len(b.Selected)*width)
 	}
 	e.batch, e.rows = b, len(b.Tokens)
 	for i := range e.ropes {
@@ -152,10 +156,35 @@ func (e *exec) Run(b *backend.Batch, logits []float32) error {
 	}
 	for i := range e.ops {
 		s := &e.ops[i]
+		if b.HiddenOnly && s.op.Head {
+			continue
+		}
 		e.pool.parallel(s.items(), s.grain, s.body)
 	}
-	copy(logits, e.bufs[e.p.Logits][:len(logits)])
+	copy(logits, e.bufs[src][:len(logits)])
 	e.batch = nil
+	return nil
+}
+
+// ReadKeys implements backend.KeyReader.
+func (e *exec) ReadKeys(layer, slot, pos, n int, dst []float32) error {
+	if e.pool == nil {
+		return errClosed
+	}
+	if layer < 0 || layer >= len(e.kv) || slot < 0 || slot >= e.p.Slots || pos < 0 || n < 0 || pos+n > e.p.Context {
+		return fmt.Errorf("cpu: keys of layer %d slot %d positions [%d,%d) out of range", layer, slot, pos, pos+n)
+	}
+	c := &e.kv[layer]
+	if len(dst) != n*c.kvDim {
+		return fmt.Errorf("cpu: key buffer of %d floats, want %d", len(dst), n*c.kvDim)
+	}
+	if n > c.capacity {
+		return fmt.Errorf("cpu: layer %d keeps only the last %d positions", layer, c.capacity)
+	}
+	for i := 0; i < n; i++ {
+		at := (slot*c.capacity + (pos+i)%c.capacity) * c.kvDim
+		copy(dst[i*c.kvDim:(i+1)*c.kvDim], c.k[at:at+c.kvDim])
+	}
 	return nil
 }
 
