@@ -312,3 +312,143 @@ func (m *Model) Step(seqs []*Sequence, tokens []int32, out []float32) error {
 	}
 	return nil
 }
+
+// Prefill feeds each sequence its tokens, packing rows of several
+// sequences into the same plan replays, and writes each sequence's
+// last-token logits to out ([len(seqs), Vocab]). It is the batched,
+// prefill-only path (classification, the prompts of a batch).
+func (m *Model) Prefill(seqs []*Sequence, prompts [][]int32, out []float32) error {
+	v := m.Config.VocabSize
+	if len(seqs) != len(prompts) || len(out) != len(seqs)*v {
+		return fmt.Errorf("engine: %d sequences, %d prompts, %d logits", len(seqs), len(prompts), len(out))
+	}
+	for i, s := range seqs {
+		if s.m != m || s.done {
+			return fmt.Errorf("engine: sequence %d is closed or belongs to another model", i)
+		}
+		if len(prompts[i]) == 0 {
+			return fmt.Errorf("engine: prompt %d is empty", i)
+		}
+		if s.pos+len(prompts[i]) > m.ctx {
+			return &ContextError{Have: s.pos, Add: len(prompts[i]), Context: m.ctx}
+		}
+		for _, o := range seqs[:i] {
+			if o == s {
+				return fmt.Errorf("engine: sequence %d appears twice", i)
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	b := &m.batch
+	owner := make([]int, 0, m.prog.MaxRows) // selected row → sequence
+	flush := func() error {
+		if len(b.Tokens) == 0 {
+			return nil
+		}
+		if len(b.Selected) == 0 {
+			// Nothing finishes in this replay: compute one row's logits
+			// into scratch and discard them.
+			b.Selected = append(b.Selected, int32(len(b.Tokens)-1))
+			owner = append(owner, -1)
+		}
+		if err := m.exec.Run(b, m.logits[:len(b.Selected)*v]); err != nil {
+			return err
+		}
+		for i, s := range owner {
+			if s >= 0 {
+				copy(out[s*v:(s+1)*v], m.logits[i*v:(i+1)*v])
+			}
+		}
+		b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
+		owner = owner[:0]
+		return nil
+	}
+	b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
+	for i, s := range seqs {
+		for j, t := range prompts[i] {
+			if len(b.Tokens) == m.prog.MaxRows {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			b.Tokens = append(b.Tokens, t)
+			b.Pos = append(b.Pos, int32(s.pos+j))
+			b.Slots = append(b.Slots, int32(s.slot))
+			if j == len(prompts[i])-1 {
+				b.Selected = append(b.Selected, int32(len(b.Tokens)-1))
+				owner = append(owner, i)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	for i, s := range seqs {
+		s.pos += len(prompts[i])
+	}
+	return nil
+}
+
+// Hidden feeds tokens and returns every token's final normalised hidden
+// state ([len(tokens), Dim]) instead of logits, for embeddings.
+func (s *Sequence) Hidden(tokens []int32) ([]float32, error) {
+	m := s.m
+	if s.done {
+		return nil, errors.New("engine: sequence is closed")
+	}
+	if len(tokens) == 0 {
+		return nil, errors.New("engine: no tokens to feed")
+	}
+	if s.pos+len(tokens) > m.ctx {
+		return nil, &ContextError{Have: s.pos, Add: len(tokens), Context: m.ctx}
+	}
+	dim := m.Config.Dim
+	out := make([]float32, len(tokens)*dim)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	b := &m.batch
+	b.HiddenOnly = true
+	defer func() { b.HiddenOnly = false }()
+	for start := 0; start < len(tokens); start += m.prog.MaxRows {
+		chunk := tokens[start:min(start+m.prog.MaxRows, len(tokens))]
+		b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
+		for i, t := range chunk {
+			b.Tokens = append(b.Tokens, t)
+			b.Pos = append(b.Pos, int32(s.pos+i))
+			b.Slots = append(b.Slots, int32(s.slot))
+			b.Selected = append(b.Selected, int32(i))
+		}
+		if err := m.exec.Run(b, out[start*dim:(start+len(chunk))*dim]); err != nil {
+			return nil, err
+		}
+		s.pos += len(chunk)
+	}
+	return out, nil
+}
+
+// Keys returns the cached keys of one layer for the sequence's positions
+// [0, Pos()) — after RoPE, as attention reads them — as [Pos(), KVDim].
+func (s *Sequence) Keys(layer int) ([]float32, error) {
+	m := s.m
+	kr, ok := m.exec.(backend.KeyReader)
+	if !ok {
+		return nil, fmt.Errorf("engine: the %s backend cannot read back its cache", m.Backend.Name())
+	}
+	out := make([]float32, s.pos*m.Config.KVDim())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if err := kr.ReadKeys(layer, s.slot, 0, s.pos, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
