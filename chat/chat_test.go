@@ -106,6 +106,7 @@ func TestPython(t *testing.T) {
 		{`{% set ns = namespace(n=0) %}{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}`, "2"},
 		{`{% macro m(a, b="d") %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}`, "[1d][23]"},
 		{`{% set x %}in{{ 1 }}{% endset %}{{ x }} {% set y = "a" if false else "b" %}{{ y }}`, "in1 b"},
+		{`{% for c in "hé!" %}{{ c }},{% endfor %} {{ "héllo"[1] }}{{ "héllo"[-1] }}[{{ "ab"[5] }}] {{ [1, 2][-2] }} {{ {1: "one"}[1] }} {{ {"a": 1}["a"] }}`, "h,é,!, éo[] 1 one 1"},
 		{"a {% if true %}b{% endif %} c\n  {% if true %}d{% endif %}\n{{ 1 }} {% if true %}e{% endif %}", "a b c\nd1 e"},
 	}
 	for _, tt := range tests {

@@ -36,6 +36,8 @@ func globals() *exec.Context {
 		"strftime_now":    strftimeHelper,
 		tickName:          tickHelper,
 		outName:           outHelper,
+		itemName:          itemHelper,
+		iterName:          iterHelper,
 	}
 	for _, name := range []string{"namespace", "dict", "cycler", "joiner"} {
 		fn, ok := builtins.GlobalFunctions.Get(name)

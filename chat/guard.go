@@ -32,6 +32,8 @@ const (
 	stateKey = "<state>"
 	tickName = "<loop step>"
 	outName  = "<output>"
+	itemName = "<item>"
+	iterName = "<iterable>"
 	opPrefix = "<operator "
 )
 
@@ -170,6 +172,7 @@ func guardStructure(b *nodes.ControlStructureBlock) error {
 		if err := guardExprInPlace(&c.ObjectEvaluator); err != nil {
 			return err
 		}
+		c.ObjectEvaluator = hiddenCall(iterName, c.Position(), c.ObjectEvaluator)
 		if err := guardExprInPlace(&c.IfCondition); err != nil {
 			return err
 		}
@@ -317,7 +320,15 @@ func guardExpr(e nodes.Expression) (nodes.Expression, error) {
 		if err := guardNodeExpr(&t.Node); err != nil {
 			return nil, err
 		}
-		return t, guardNodeExpr(&t.Arg)
+		if err := guardNodeExpr(&t.Arg); err != nil {
+			return nil, err
+		}
+		target, ok1 := t.Node.(nodes.Expression)
+		key, ok2 := t.Arg.(nodes.Expression)
+		if !ok1 || !ok2 {
+			return t, nil
+		}
+		return hiddenCall(itemName, t.Location, target, key), nil
 	case *nodes.GetSlice:
 		for _, n := range []*nodes.Node{&t.Node, &t.Start, &t.End, &t.Step} {
 			if err := guardNodeExpr(n); err != nil {
@@ -382,4 +393,75 @@ func outHelper(e *exec.Evaluator, va *exec.VarArgs) *exec.Value {
 		return exec.AsValue(err)
 	}
 	return v
+}
+
+// iterHelper hands a for loop the characters of a string (gonja would
+// iterate its bytes) and anything else unchanged.
+func iterHelper(_ *exec.Evaluator, va *exec.VarArgs) *exec.Value {
+	v := va.First()
+	if !v.IsString() {
+		return v
+	}
+	s := v.String()
+	chars := make([]any, 0, len(s))
+	for _, r := range s {
+		chars = append(chars, string(r))
+	}
+	return exec.AsValue(chars)
+}
+
+// itemHelper is x[key]: an item of a mapping (falling back to an attribute,
+// as Jinja's getitem does), or an element of a list or string counted in
+// characters, negative indices from the end. A missing one is undefined.
+func itemHelper(_ *exec.Evaluator, va *exec.VarArgs) *exec.Value {
+	if len(va.Args) != 2 {
+		return exec.AsValue(errors.New("subscript needs a target and a key"))
+	}
+	v, key := va.Args[0], va.Args[1]
+	switch {
+	case v.IsError():
+		return v
+	case key.IsError():
+		return key
+	case v.IsNil():
+		return exec.AsValue(nil)
+	case isInt(key) && (v.IsString() || v.IsList()):
+		i := intOf(key)
+		if v.IsString() {
+			r := []rune(v.String())
+			if i < 0 {
+				i += len(r)
+			}
+			if i < 0 || i >= len(r) {
+				return exec.AsValue(nil)
+			}
+			return exec.AsValue(string(r[i]))
+		}
+		n := v.Len()
+		if i < 0 {
+			i += n
+		}
+		if i < 0 || i >= n {
+			return exec.AsValue(nil)
+		}
+		item, _ := v.GetItem(i)
+		return item
+	case v.IsDict() && !key.IsString():
+		pairs, _ := orderedItems(v)
+		for _, p := range pairs {
+			if sameKey(p.Key, key) {
+				return p.Value
+			}
+		}
+		return exec.AsValue(nil)
+	case key.IsString():
+		if item, ok := v.GetItem(key.String()); ok {
+			return item
+		}
+		if item, ok := v.GetAttribute(key.String()); ok {
+			return item
+		}
+		return exec.AsValue(nil)
+	}
+	return exec.AsValue(nil)
 }
