@@ -1,8 +1,12 @@
 package tokenizer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -321,4 +325,79 @@ func TestSPMEncodeAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { dst = s.encode(dst[:0], text, true) }); n != 0 {
 		t.Errorf("%v allocations per encode once warm, want 0", n)
 	}
+}
+
+// spReference is testdata/spm_wpm_reference.json, made by the script beside
+// it with SentencePiece and Hugging Face's tokenizers.
+type spReference struct {
+	Chunk  int `json:"chunk"`
+	Counts struct {
+		Lines, Paragraphs, Multilingual int
+	} `json:"counts"`
+	SPMLines        []string  `json:"spm_lines"`
+	SPMParagraphs   []string  `json:"spm_paragraphs"`
+	WPMLines        []string  `json:"wpm_lines"`
+	WPMMultilingual [][]int32 `json:"wpm_multilingual"`
+}
+
+func spReadReference(t testing.TB) *spReference {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "spm_wpm_reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r spReference
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Chunk <= 0 {
+		t.Fatalf("spm_wpm_reference.json: chunk %d", r.Chunk)
+	}
+	return &r
+}
+
+// spCheckDigests encodes texts and compares the SHA-256 of each chunk of
+// r.Chunk texts' ids (decimal, space-separated, one text a line) with want.
+func spCheckDigests(t *testing.T, name string, r *spReference, want []string, texts []string, encode func([]int32, string) []int32) {
+	t.Helper()
+	if got := (len(texts) + r.Chunk - 1) / r.Chunk; got != len(want) {
+		t.Fatalf("%s: %d texts make %d chunks, the reference has %d", name, len(texts), got, len(want))
+	}
+	var ids []int32
+	var line []byte
+	pass := 0
+	for c := range want {
+		h := sha256.New()
+		for _, text := range texts[c*r.Chunk : min(len(texts), (c+1)*r.Chunk)] {
+			ids = encode(ids[:0], text)
+			line = line[:0]
+			for i, id := range ids {
+				if i > 0 {
+					line = append(line, ' ')
+				}
+				line = strconv.AppendInt(line, int64(id), 10)
+			}
+			h.Write(append(line, '\n'))
+		}
+		if hex.EncodeToString(h.Sum(nil)) == want[c] {
+			pass++
+		} else {
+			t.Errorf("%s: texts %d..%d differ from the reference", name, c*r.Chunk, min(len(texts), (c+1)*r.Chunk)-1)
+		}
+	}
+	t.Logf("%s: %d/%d chunks of %d texts agree with the reference", name, pass, len(want), r.Chunk)
+}
+
+// TestSPMReference checks every line and paragraph of the novel against
+// SentencePiece itself.
+func TestSPMReference(t *testing.T) {
+	r := spReadReference(t)
+	v, s := spLoadSPM(t, "ggml-vocab-llama-spm.gguf")
+	_, lines, paragraphs := spWarAndPeace(t)
+	if len(lines) != r.Counts.Lines || len(paragraphs) != r.Counts.Paragraphs {
+		t.Fatalf("%d lines, %d paragraphs; the reference cut %d, %d", len(lines), len(paragraphs), r.Counts.Lines, r.Counts.Paragraphs)
+	}
+	encode := func(dst []int32, text string) []int32 { return s.encode(dst, text, v.AddSpacePrefix) }
+	spCheckDigests(t, "spm lines", r, r.SPMLines, lines, encode)
+	spCheckDigests(t, "spm paragraphs", r, r.SPMParagraphs, paragraphs, encode)
 }

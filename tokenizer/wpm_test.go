@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -115,4 +117,42 @@ func BenchmarkWPMEncode(b *testing.B) {
 			dst = w.encode(dst[:0], l)
 		}
 	}
+}
+
+// TestWPMReference checks every line of the novel and the multilingual
+// strings against Hugging Face's BERT tokenizer.
+func TestWPMReference(t *testing.T) {
+	r := spReadReference(t)
+	v := spOpenGGUF(t, "llamacpp-vocab", "ggml-vocab-bert-bge.gguf")
+	w, err := newWPM(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lines, _ := spWarAndPeace(t)
+	spCheckDigests(t, "wpm lines", r, r.WPMLines, lines, w.encode)
+
+	b, err := os.ReadFile(spTestdata(t, "swift-transformers", "multilingual-conformance", "inputs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inputs []struct{ ID, Text string }
+	if err := json.Unmarshal(b, &inputs); err != nil {
+		t.Fatal(err)
+	}
+	if len(inputs) != len(r.WPMMultilingual) {
+		t.Fatalf("%d multilingual inputs, %d in the reference", len(inputs), len(r.WPMMultilingual))
+	}
+	pass := 0
+	for i, in := range inputs {
+		want := r.WPMMultilingual[i]
+		if len(want) == 0 {
+			want = nil
+		}
+		if got := w.encode(nil, in.Text); slices.Equal(got, want) {
+			pass++
+		} else {
+			t.Errorf("%s %q:\n got %v\nwant %v", in.ID, in.Text, got, want)
+		}
+	}
+	t.Logf("wpm multilingual: %d/%d agree with the reference", pass, len(inputs))
 }
