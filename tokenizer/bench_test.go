@@ -68,6 +68,25 @@ func BenchmarkEncode(b *testing.B) {
 	}
 }
 
+// BenchmarkEncodeCold is BenchmarkEncode with a new tokenizer for each
+// pass, so that no word cache is warm when the novel starts.
+func BenchmarkEncodeCold(b *testing.B) {
+	text := warAndPeace(b)
+	for _, bv := range benchVocabs()[:4] {
+		b.Run(bv.name, func(b *testing.B) {
+			v := bv.load(b).Vocab()
+			b.SetBytes(int64(len(text)))
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				tk := newTokenizer(b, v)
+				b.StartTimer()
+				tk.Encode(text, false, false)
+			}
+		})
+	}
+}
+
 // BenchmarkEncodeNoSpaces encodes a megabyte without a space: one piece
 // that BPE must merge in O(n log n), not O(n²).
 func BenchmarkEncodeNoSpaces(b *testing.B) {
