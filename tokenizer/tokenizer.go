@@ -119,10 +119,14 @@ func (t *Tokenizer) findEOG() error {
 		want[s] = true
 	}
 	for id, text := range t.v.Tokens {
-		if want[text] {
-			t.eog[int32(id)] = true
-			t.types[id] = TypeControl
+		if !want[text] {
+			continue
 		}
+		if text == "</s>" && t.types[id] == TypeNormal {
+			continue // plain text in some vocabularies, not an end marker
+		}
+		t.eog[int32(id)] = true
+		t.types[id] = TypeControl
 	}
 	return nil
 }

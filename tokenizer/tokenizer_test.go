@@ -119,6 +119,12 @@ func TestEOG(t *testing.T) {
 	if tk.IsEOG('a') || tk.IsEOG(-1) || tk.IsEOG(1<<20) {
 		t.Error("IsEOG is true for an ordinary or invalid id")
 	}
+	// "</s>" ends generation when it is a control token, not as plain text.
+	plain := byteVocab(t, nil, "</s>")
+	plain.Types[256] = TypeNormal
+	if newTokenizer(t, plain).IsEOG(256) || !newTokenizer(t, byteVocab(t, nil, "</s>")).IsEOG(256) {
+		t.Error("</s>: IsEOG wrong for a normal or a control token")
+	}
 	v.EOG = []int32{999}
 	if _, err := New(v); err == nil {
 		t.Error("New accepts an end-of-generation id outside the vocabulary")
