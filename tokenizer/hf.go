@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -215,6 +216,8 @@ type hfConfig struct {
 type hfAddedTokenContent struct {
 	Content string `json:"content"`
 	Special bool   `json:"special"`
+	LStrip  bool   `json:"lstrip"`
+	RStrip  bool   `json:"rstrip"`
 }
 
 // hfTokenName is a special token given as a string or as an AddedToken
@@ -263,7 +266,7 @@ func (c *hfConfig) apply(v *Vocab) error {
 		if _, err := fmt.Sscan(key, &id); err != nil || fmt.Sprint(id) != key {
 			return fmt.Errorf("tokenizer: %s: added_tokens_decoder: key %q is not a token id", c.path, key)
 		}
-		if err := addToken(v, id, at.Content, at.Special); err != nil {
+		if err := addToken(v, id, at); err != nil {
 			return fmt.Errorf("tokenizer: %s: added_tokens_decoder: %w", c.path, err)
 		}
 	}
@@ -324,11 +327,11 @@ func chatTemplateJSON(b []byte) (string, error) {
 
 // addToken puts an added token at id, extending the vocabulary with unused
 // filler tokens when id is past its end.
-func addToken(v *Vocab, id int64, content string, special bool) error {
+func addToken(v *Vocab, id int64, at hfAddedTokenContent) error {
 	if id < 0 || id >= int64(len(v.Tokens))+maxAddedTokens {
-		return fmt.Errorf("token %q has id %d, outside 0..%d", content, id, int64(len(v.Tokens))+maxAddedTokens-1)
+		return fmt.Errorf("token %q has id %d, outside 0..%d", at.Content, id, int64(len(v.Tokens))+maxAddedTokens-1)
 	}
-	if content == "" {
+	if at.Content == "" {
 		return fmt.Errorf("token %d is empty", id)
 	}
 	if len(v.Types) == 0 {
@@ -344,10 +347,16 @@ func addToken(v *Vocab, id int64, content string, special bool) error {
 			v.Scores = append(v.Scores, 0)
 		}
 	}
-	v.Tokens[id] = content
+	v.Tokens[id] = at.Content
 	v.Types[id] = TypeUserDefined
-	if special {
+	if at.Special {
 		v.Types[id] = TypeControl
+	}
+	if at.LStrip && !slices.Contains(v.LStrip, int32(id)) {
+		v.LStrip = append(v.LStrip, int32(id))
+	}
+	if at.RStrip && !slices.Contains(v.RStrip, int32(id)) {
+		v.RStrip = append(v.RStrip, int32(id))
 	}
 	return nil
 }

@@ -221,3 +221,23 @@ func TestMetaspacePrependScheme(t *testing.T) {
 		}
 	}
 }
+
+// TestAddedTokenStrip checks lstrip/rstrip of added tokens: the white
+// space beside a matched token goes with it.
+func TestAddedTokenStrip(t *testing.T) {
+	for _, tc := range []struct {
+		flags string
+		want  []int32
+	}{
+		{`"lstrip": false, "rstrip": false`, []int32{'a', ' ', 257, ' ', ' ', 'b'}},
+		{`"lstrip": true, "rstrip": false`, []int32{'a', 257, ' ', ' ', 'b'}},
+		{`"lstrip": false, "rstrip": true`, []int32{'a', ' ', 257, 'b'}},
+		{`"lstrip": true, "rstrip": true`, []int32{'a', 257, 'b'}},
+	} {
+		doc := strings.Replace(byteLevelJSON(`{"type": "ByteLevel"}`), `"special": true`, `"special": true, `+tc.flags, 1)
+		tk := newTokenizer(t, mustParse(t, doc))
+		if got := tk.Encode("a <|endoftext|>  b", false, true); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Encode = %v, want %v", tc.flags, got, tc.want)
+		}
+	}
+}

@@ -12,9 +12,8 @@ import (
 // uses.
 type hfTokenizerJSON struct {
 	AddedTokens []struct {
-		ID      int64  `json:"id"`
-		Content string `json:"content"`
-		Special bool   `json:"special"`
+		ID int64 `json:"id"`
+		hfAddedTokenContent
 	} `json:"added_tokens"`
 	Normalizer    json.RawMessage `json:"normalizer"`
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
@@ -279,7 +278,7 @@ func parseTokenizerJSON(b []byte) (*Vocab, error) {
 		}
 	}
 	for _, at := range tj.AddedTokens {
-		if err := addToken(v, at.ID, at.Content, at.Special); err != nil {
+		if err := addToken(v, at.ID, at.hfAddedTokenContent); err != nil {
 			return nil, fmt.Errorf("added_tokens: %w", err)
 		}
 	}

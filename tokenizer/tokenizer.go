@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unicode"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -16,6 +17,7 @@ type Tokenizer struct {
 	special *specialSplitter
 	pieces  []string // per id: the bytes the token stands for (see Piece)
 	eog     map[int32]bool
+	strip   map[int32]uint8 // stripLeft | stripRight of special tokens that take white space along
 	idsOnce sync.Once
 	ids     map[string]int32 // token text -> id, built by the first ID call
 
@@ -31,6 +33,12 @@ type Tokenizer struct {
 type fragmentEncoder interface {
 	encode(dst []int32, text string) []int32
 }
+
+// Bits of Tokenizer.strip.
+const (
+	stripLeft uint8 = 1 << iota
+	stripRight
+)
 
 // eogTexts are tokens that end a turn or a document in common chat models;
 // like llama.cpp, a vocabulary that has one stops generation on it.
@@ -63,6 +71,18 @@ func New(v *Vocab) (*Tokenizer, error) {
 	}
 	if err := t.findEOG(); err != nil {
 		return nil, err
+	}
+	t.strip = map[int32]uint8{}
+	for _, s := range []struct {
+		ids []int32
+		bit uint8
+	}{{v.LStrip, stripLeft}, {v.RStrip, stripRight}} {
+		for _, id := range s.ids {
+			if id < 0 || int(id) >= n {
+				return nil, fmt.Errorf("tokenizer: strip token id %d outside the vocabulary of %d tokens", id, n)
+			}
+			t.strip[id] |= s.bit
+		}
 	}
 	var err error
 	switch v.Model {
@@ -209,14 +229,21 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpec
 		if start < 0 {
 			start, end = len(text), len(text)
 		}
-		if start > i {
+		fragEnd := start
+		if id >= 0 && t.strip[id]&stripLeft != 0 {
+			fragEnd = i + len(strings.TrimRightFunc(text[i:start], unicode.IsSpace))
+		}
+		if fragEnd > i {
 			prefix := v.AddSpacePrefix && prevSpecial && (i == 0 || !v.SpacePrefixFirstOnly)
-			dst = t.encodeFragment(dst, text[i:start], prefix)
+			dst = t.encodeFragment(dst, text[i:fragEnd], prefix)
 			prevSpecial = false
 		}
 		if id >= 0 {
 			dst = append(dst, id)
 			prevSpecial = true
+			if t.strip[id]&stripRight != 0 {
+				end = len(text) - len(strings.TrimLeftFunc(text[end:], unicode.IsSpace))
+			}
 		}
 		i = end
 	}

@@ -109,7 +109,7 @@ func llama3Vocab(t testing.TB) *Vocab {
 		if i < len(named) {
 			text = named[i]
 		}
-		if err := addToken(v, int64(128000+i), text, true); err != nil {
+		if err := addToken(v, int64(128000+i), hfAddedTokenContent{Content: text, Special: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -45,4 +45,8 @@ type Vocab struct {
 	// SpacePrefixFirstOnly limits AddSpacePrefix to the start of the text,
 	// not each text after a special token (HF Metaspace prepend_scheme "first").
 	SpacePrefixFirstOnly bool
+
+	// LStrip and RStrip list special tokens that, matched in text, take the
+	// white space before / after them along (HF added tokens' lstrip/rstrip).
+	LStrip, RStrip []int32
 }
