@@ -22,6 +22,14 @@ type builder struct {
 	names map[string]backend.WeightID
 	// normOffset is added to norm weights: Gemma in Hugging Face layout.
 	normOffset float32
+	progress   func(done, total int)
+	total      int // tensors to prepare, for progress
+}
+
+func (b *builder) prepared() {
+	if b.progress != nil {
+		b.progress(min(len(b.prog.Weights), b.total), b.total)
+	}
 }
 
 // activation buffers of the plan
@@ -50,6 +58,7 @@ func (b *builder) matrix(name string) (backend.WeightID, error) {
 	b.prog.Weights = append(b.prog.Weights, backend.Weight{Name: name, Tensor: t, Data: d})
 	id := backend.WeightID(len(b.prog.Weights) - 1)
 	b.names[name] = id
+	b.prepared()
 	return id, nil
 }
 
@@ -63,6 +72,7 @@ func (b *builder) vector(name string, offset float32) (backend.WeightID, error) 
 		v[i] += offset
 	}
 	b.prog.Weights = append(b.prog.Weights, backend.Weight{Name: name, F32: v})
+	b.prepared()
 	return backend.WeightID(len(b.prog.Weights) - 1), nil
 }
 
@@ -102,9 +112,9 @@ func (b *builder) floats(name string) ([]float32, error) {
 }
 
 // buildProgram emits the plan of a decoder-only transformer.
-func buildProgram(p *weights.Provider, maxRows, slots, ctx int) (*backend.Program, error) {
+func buildProgram(p *weights.Provider, maxRows, slots, ctx int, progress func(done, total int)) (*backend.Program, error) {
 	cfg, d := &p.Config, p.Arch
-	b := &builder{p: p, cfg: cfg, d: d, names: map[string]backend.WeightID{},
+	b := &builder{p: p, cfg: cfg, d: d, names: map[string]backend.WeightID{}, progress: progress, total: len(p.Tensors()),
 		prog: &backend.Program{MaxRows: maxRows, Slots: slots, Context: ctx, Vocab: cfg.VocabSize}}
 	if p.Format == weights.Safetensors {
 		b.normOffset = d.HFNormOffset

@@ -23,6 +23,9 @@ type Options struct {
 	// MaxBatch is the most tokens one plan replay carries: the prefill
 	// chunk and the widest batched decode step (default 64).
 	MaxBatch int
+	// Progress, when set, is told about the loading stages: "weights"
+	// (done of total tensors prepared), "compile", "warmup".
+	Progress func(stage string, done, total int)
 }
 
 // DefaultContext caps the context when the caller names none, so a model
@@ -74,14 +77,20 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 			return nil, fmt.Errorf("engine: %s: tensor %q has type %s, which the %s backend does not support", p.Path, t.Name, t.Type, be.Name())
 		}
 	}
-	prog, err := buildProgram(p, maxBatch, slots, ctx)
+	progress := opts.Progress
+	if progress == nil {
+		progress = func(string, int, int) {}
+	}
+	prog, err := buildProgram(p, maxBatch, slots, ctx, func(done, total int) { progress("weights", done, total) })
 	if err != nil {
 		return nil, fmt.Errorf("engine: %s: %w", p.Path, err)
 	}
+	progress("compile", 0, 1)
 	exec, err := be.Compile(prog)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %s: %w", p.Path, err)
 	}
+	progress("compile", 1, 1)
 	m := &Model{Weights: p, Config: cfg, Backend: be, prog: prog, exec: exec, ctx: ctx,
 		logits: make([]float32, maxBatch*cfg.VocabSize)}
 	for s := slots - 1; s >= 0; s-- {
@@ -91,10 +100,12 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 		Tokens: make([]int32, 0, maxBatch), Pos: make([]int32, 0, maxBatch),
 		Slots: make([]int32, 0, maxBatch), Selected: make([]int32, 0, maxBatch),
 	}
+	progress("warmup", 0, 1)
 	if err := m.warmUp(); err != nil {
 		exec.Close()
 		return nil, fmt.Errorf("engine: %s: warm-up: %w", p.Path, err)
 	}
+	progress("warmup", 1, 1)
 	return m, nil
 }
 
