@@ -91,6 +91,7 @@ const (
 	reTrailingWS = `\s+$`
 	reCJK        = `[一-龥ࠀ-一가-퟿]+`
 	reBloom      = ` ?[^(\s|.,!?…。，、।۔،)]+`
+	reTekken     = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 var regexSplitters = map[string]splitter{
@@ -115,6 +116,7 @@ var regexSplitters = map[string]splitter{
 	reTrailingWS: trailingWS{},
 	reCJK:        matchFunc(func(s string, i int) int { return matchSet(s, i, cjkSet) }),
 	reBloom:      matchFunc(matchBloom),
+	reTekken:     matchFunc(matchTekken),
 	reDeepseekLetters: matchFunc(func(s string, i int) int {
 		return matchSpaceThen(s, i, func(r rune, _ charClass) bool { return deepseekLetters.has(r) })
 	}),
@@ -161,6 +163,8 @@ var ggufPreTokenizers = map[string]preTokenizerSpec{
 
 	"deepseek-llm":   {regexes: []string{reCRLF, reDeepseekLetters, reDeepseekPunct, reTrailingWS, reCJK, reDigits}},
 	"deepseek-coder": {regexes: []string{reCRLF, reSpaceLet, reSpacePunct, reCJK, reDigit}},
+
+	"tekken": {regexes: []string{reTekken}, ignoreMerges: true},
 
 	"bloom": {regexes: []string{reBloom}}, "poro-chat": {regexes: []string{reBloom}},
 	"gpt3-finnish": {regexes: []string{reBloom}}, "viking": {regexes: []string{reBloom, reDigit}},

@@ -301,3 +301,71 @@ func (trailingWS) find(s string, i int) (int, int) {
 	}
 	return -1, -1
 }
+
+// Letter classes of Mistral's tekken regex: A = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+// (may start a word), B = [\p{Ll}\p{Lm}\p{Lo}\p{M}] (may continue it).
+const (
+	tekkenA = clLu | clLt | clLm | clLo | clM
+	tekkenB = clLl | clLm | clLo | clM
+)
+
+// matchTekken matches Mistral's tekken regex at i:
+//
+//	[^\r\n\p{L}\p{N}]?[A]*[B]+|[^\r\n\p{L}\p{N}]?[A]+[B]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+func matchTekken(s string, i int) int {
+	r, c, n := classAt(s, i)
+	// The optional first character: anything but CR, LF, letters and digits.
+	starts := []int{i}
+	if r != '\r' && r != '\n' && c&(clL|clN) == 0 && i+n < len(s) {
+		starts = []int{i + n, i}
+	}
+	for _, j := range starts { // A*B+: the A run gives back code points until a B can follow
+		k, lastB := j, -1
+		for k < len(s) {
+			_, ck, nk := classAt(s, k)
+			if ck&tekkenA == 0 {
+				break
+			}
+			if ck&tekkenB != 0 {
+				lastB = k
+			}
+			k += nk
+		}
+		if e := spanClass(s, k, tekkenB); e > k {
+			return e
+		}
+		if lastB >= 0 {
+			return spanClass(s, lastB, tekkenB)
+		}
+	}
+	for _, j := range starts { // A+B*
+		if k := spanClass(s, j, tekkenA); k > j {
+			return spanClass(s, k, tekkenB)
+		}
+	}
+	if c&clN != 0 {
+		return i + n
+	}
+	j, cj, nj := i, c, n
+	if r == ' ' && i+1 < len(s) {
+		j = i + 1
+		_, cj, nj = classAt(s, j)
+	}
+	if cj&(clWS|clL|clN) == 0 {
+		e := spanNotClass(s, j+nj, clWS|clL|clN)
+		for e < len(s) && (s[e] == '\r' || s[e] == '\n' || s[e] == '/') {
+			e++
+		}
+		return e
+	}
+	end, last, runes, crlfEnd := wsRun(s, i)
+	switch {
+	case end == i:
+		return -1
+	case crlfEnd > 0:
+		return crlfEnd
+	case end < len(s) && runes > 1:
+		return last
+	}
+	return end
+}
