@@ -1,0 +1,278 @@
+package weft
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func sharedFile(t testing.TB, rel string) string {
+	t.Helper()
+	p := filepath.Join("..", "shared", "testdata", rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("shared test data %s not available: %v", rel, err)
+	}
+	return p
+}
+
+func loadStories(t *testing.T, opts ...Option) *Model {
+	t.Helper()
+	m, err := Load(context.Background(), sharedFile(t, "gguf-stories260K/stories260K.gguf"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func collect(t *testing.T, seq func(func(Token, error) bool)) (string, []int32, Token) {
+	t.Helper()
+	var sb strings.Builder
+	var ids []int32
+	var last Token
+	for tok, err := range seq {
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.WriteString(tok.Text)
+		if !tok.Done {
+			ids = append(ids, tok.ID)
+		}
+		last = tok
+	}
+	return sb.String(), ids, last
+}
+
+// TestGreedyStories: greedy decoding from BOS reproduces llama2.c's
+// published output byte for byte.
+func TestGreedyStories(t *testing.T) {
+	want, err := os.ReadFile(sharedFile(t, "llama2c-stories260K/expected_greedy_t0.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadStories(t)
+	text, ids, last := collect(t, m.Generate(context.Background(), "", WithTemperature(0), WithMaxTokens(256)))
+	if text != string(want) {
+		t.Fatalf("got %q\nwant %q", text, want)
+	}
+	if len(ids) != 256 || !last.Done || last.FinishReason != "length" {
+		t.Errorf("%d tokens, final %+v", len(ids), last)
+	}
+	mt := m.Metrics()
+	if mt.LastGeneratedTokens != 256 || mt.LastPromptTokens != 1 || mt.DecodeTokensPerSec <= 0 || mt.TimeToFirstToken <= 0 || mt.PeakMemoryBytes <= 0 {
+		t.Errorf("metrics %+v", mt)
+	}
+}
+
+// TestSeededSampling: the same seed gives the same tokens, whatever the
+// thread count; another seed gives others.
+func TestSeededSampling(t *testing.T) {
+	gen := func(threads int, seed uint64) []int32 {
+		m := loadStories(t, WithThreads(threads))
+		_, ids, _ := collect(t, m.Generate(context.Background(), "Once upon a time", WithTemperature(1), WithTopP(0.9), WithSeed(seed), WithMaxTokens(40)))
+		return ids
+	}
+	a, b, c := gen(1, 42), gen(2, 42), gen(2, 7)
+	if !equalIDs(a, b) {
+		t.Errorf("seed 42 differs between 1 and 2 threads:\n%v\n%v", a, b)
+	}
+	if equalIDs(a, c) {
+		t.Errorf("seeds 42 and 7 gave the same tokens")
+	}
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestStopStrings: a stop string spanning tokens ends generation and is
+// never emitted, nor is anything after it.
+func TestStopStrings(t *testing.T) {
+	m := loadStories(t)
+	full, _, _ := collect(t, m.Generate(context.Background(), "", WithTemperature(0), WithMaxTokens(60)))
+	i := strings.Index(full, "little girl")
+	if i < 0 {
+		t.Fatalf("expected text lacks the probe: %q", full)
+	}
+	text, _, last := collect(t, m.Generate(context.Background(), "", WithTemperature(0), WithMaxTokens(60), WithStop("zzz", "e gi")))
+	want := full[:strings.Index(full, "e gi")]
+	if text != want || last.FinishReason != "stop" {
+		t.Errorf("got %q (%s), want %q", text, last.FinishReason, want)
+	}
+}
+
+func TestOverflow(t *testing.T) {
+	m := loadStories(t, WithContext(32))
+	long := strings.Repeat("Lily and Tom went to the park. ", 10)
+	var tooLong *PromptTooLongError
+	for _, err := range m.Generate(context.Background(), long) {
+		if !errors.As(err, &tooLong) || tooLong.Context != 32 {
+			t.Fatalf("got %v", err)
+		}
+		break
+	}
+	_, ids, last := collect(t, m.Generate(context.Background(), long, WithOverflow(OverflowTruncate), WithTemperature(0)))
+	if len(last.Notices) != 1 || !strings.Contains(last.Notices[0], "prompt truncated from") || len(ids) == 0 {
+		t.Errorf("truncate: %d tokens, notices %v", len(ids), last.Notices)
+	}
+	_, ids, last = collect(t, m.Generate(context.Background(), "Once", WithOverflow(OverflowShift), WithTemperature(0), WithMaxTokens(70)))
+	if len(ids) != 70 || len(last.Notices) == 0 || !strings.Contains(last.Notices[0], "context shifted") {
+		t.Errorf("shift: %d tokens, notices %v", len(ids), last.Notices)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	m := loadStories(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := 0
+	var gotErr error
+	for tok, err := range m.Generate(ctx, "", WithTemperature(0), WithMaxTokens(200)) {
+		if err != nil {
+			gotErr = err
+			break
+		}
+		n++
+		if n == 5 && !tok.Done {
+			cancel()
+		}
+	}
+	if !errors.Is(gotErr, context.Canceled) || n != 5 {
+		t.Errorf("after cancel: %d tokens, error %v", n, gotErr)
+	}
+	// Breaking out early returns the slot: the next request runs.
+	for range m.Generate(context.Background(), "") {
+		break
+	}
+	_, ids, _ := collect(t, m.Generate(context.Background(), "", WithMaxTokens(3)))
+	if len(ids) != 3 {
+		t.Errorf("after an early break: %d tokens", len(ids))
+	}
+}
+
+// TestBatchGenerateMatchesAlone: a prompt gives the same greedy text in a
+// batch as alone.
+func TestBatchGenerateMatchesAlone(t *testing.T) {
+	m := loadStories(t, WithParallel(4), WithBatch(16))
+	prompts := []string{"Once upon a time", "The cat", "Lily and Tom", "One day, a little", "Tim had a big"}
+	alone := make([]string, len(prompts))
+	for i, p := range prompts {
+		alone[i], _, _ = collect(t, m.Generate(context.Background(), p, WithTemperature(0), WithMaxTokens(30)))
+	}
+	got, err := m.BatchGenerate(context.Background(), prompts, WithTemperature(0), WithMaxTokens(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range prompts {
+		if got[i].Text != alone[i] || got[i].FinishReason != "length" || len(got[i].Tokens) != 30 {
+			t.Errorf("prompt %d: batch %q (%s), alone %q", i, got[i].Text, got[i].FinishReason, alone[i])
+		}
+	}
+}
+
+func TestClassifyEmbedInspect(t *testing.T) {
+	m := loadStories(t, WithParallel(2))
+	ctx := context.Background()
+	cls, err := m.Classify(ctx, []string{"Once upon a", "The dog", "She was very"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cls {
+		if len(c.Logits) != 512 || c.Text == "" {
+			t.Errorf("classification %d: %d logits, text %q", i, len(c.Logits), c.Text)
+		}
+	}
+	// The batch's first answer equals a one-token greedy generation.
+	_, ids, _ := collect(t, m.Generate(ctx, "Once upon a", WithTemperature(0), WithMaxTokens(1)))
+	if ids[0] != cls[0].Token {
+		t.Errorf("classify token %d, generate %d", cls[0].Token, ids[0])
+	}
+	embs, err := m.Embed(ctx, []string{"a happy dog", "a happy dog", "the sea"}, WithNormalize(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(embs) != 3 || len(embs[0]) != 64 || !equalFloats(embs[0], embs[1]) || equalFloats(embs[0], embs[2]) {
+		t.Errorf("embeddings wrong shape or not deterministic")
+	}
+	var norm float64
+	for _, x := range embs[2] {
+		norm += float64(x) * float64(x)
+	}
+	if norm < 0.999 || norm > 1.001 {
+		t.Errorf("normalised embedding has squared norm %g", norm)
+	}
+	ai, err := m.InspectAttention(ctx, "Once upon a time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ai.Layers != 5 || ai.KVHeads != 4 || ai.HeadDim != 8 || len(ai.Keys(4, 3, len(ai.Tokens)-1)) != 8 {
+		t.Errorf("inspection %d layers %d heads %d dims", ai.Layers, ai.KVHeads, ai.HeadDim)
+	}
+	// At position 0 RoPE is the identity, so the key is k_proj(norm(emb(BOS))).
+	if k := ai.Keys(0, 0, 0); k[0] == 0 && k[1] == 0 {
+		t.Errorf("position 0 keys are zero")
+	}
+}
+
+func equalFloats(a, b []float32) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+func TestLoadErrorsAndClose(t *testing.T) {
+	ctx := context.Background()
+	if _, err := Load(ctx, filepath.Join(t.TempDir(), "nope.gguf")); err == nil {
+		t.Error("loaded a missing file")
+	}
+	p := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	if _, err := Load(ctx, p, WithMemoryLimit(1<<20)); err == nil || !strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("memory limit: %v", err)
+	}
+	if _, err := Load(ctx, p, WithBackend("tpu")); err == nil || !strings.Contains(err.Error(), `unknown backend "tpu"`) {
+		t.Errorf("backend: %v", err)
+	}
+	var stages []string
+	m, err := Load(ctx, p, WithProgress(func(pr Progress) {
+		if len(stages) == 0 || stages[len(stages)-1] != pr.Stage {
+			stages = append(stages, pr.Stage)
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(stages, ",") != "open,weights,compile,warmup" {
+		t.Errorf("progress stages %v", stages)
+	}
+	if in := m.Info(); in.Parameters == 0 || in.Architecture != "llama" || !in.HasTokenizer || in.Context != 2048 {
+		t.Errorf("info %+v", in)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+	for _, err := range m.Generate(ctx, "x") {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("generate after close: %v", err)
+		}
+	}
+	if _, err := m.Classify(ctx, []string{"x"}); !errors.Is(err, ErrClosed) {
+		t.Errorf("classify after close: %v", err)
+	}
+}
