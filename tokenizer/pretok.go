@@ -91,6 +91,10 @@ const (
 	reTrailingWS = `\s+$`
 	reCJK        = `[一-龥ࠀ-一가-퟿]+`
 	reBloom      = ` ?[^(\s|.,!?…。，、।۔،)]+`
+	reDigits1to3 = `\p{N}{1,3}`
+	reCJKKana    = `[一-龥぀-ゟ゠-ヿ]+`
+	// DeepSeek V3 writes CR and LF as the characters themselves.
+	reDeepseekV3 = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
 	reTekken     = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
@@ -117,6 +121,9 @@ var regexSplitters = map[string]splitter{
 	reCJK:        matchFunc(func(s string, i int) int { return matchSet(s, i, cjkSet) }),
 	reBloom:      matchFunc(matchBloom),
 	reTekken:     matchFunc(matchTekken),
+	reDigits1to3: matchFunc(matchDigits1to3),
+	reCJKKana:    matchFunc(func(s string, i int) int { return matchSet(s, i, cjkKanaSet) }),
+	reDeepseekV3: matchFunc(matchDeepseekV3),
 	reDeepseekLetters: matchFunc(func(s string, i int) int {
 		return matchSpaceThen(s, i, func(r rune, _ charClass) bool { return deepseekLetters.has(r) })
 	}),
@@ -162,6 +169,7 @@ var ggufPreTokenizers = map[string]preTokenizerSpec{
 	"falcon": {regexes: []string{rePunctRunBT, reGPT2NoWS, reDigits3}},
 
 	"deepseek-llm":   {regexes: []string{reCRLF, reDeepseekLetters, reDeepseekPunct, reTrailingWS, reCJK, reDigits}},
+	"deepseek-v3":    {regexes: []string{reDigits1to3, reCJKKana, reDeepseekV3}},
 	"deepseek-coder": {regexes: []string{reCRLF, reSpaceLet, reSpacePunct, reCJK, reDigit}},
 
 	"tekken": {regexes: []string{reTekken}, ignoreMerges: true},

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // The character classes of DeepSeek's pre-tokenizer regexes, spelled out
@@ -16,6 +17,7 @@ var (
 	deepseekLetters = bracketSet(reDeepseekLetters)
 	deepseekPunct   = bracketSet(reDeepseekPunct)
 	cjkSet          = bracketSet(reCJK)
+	cjkKanaSet      = bracketSet(reCJKKana)
 )
 
 // bracketSet parses the first bracketed class of re, a list of single code
@@ -354,6 +356,67 @@ func matchTekken(s string, i int) int {
 	if cj&(clWS|clL|clN) == 0 {
 		e := spanNotClass(s, j+nj, clWS|clL|clN)
 		for e < len(s) && (s[e] == '\r' || s[e] == '\n' || s[e] == '/') {
+			e++
+		}
+		return e
+	}
+	end, last, runes, crlfEnd := wsRun(s, i)
+	switch {
+	case end == i:
+		return -1
+	case crlfEnd > 0:
+		return crlfEnd
+	case end < len(s) && runes > 1:
+		return last
+	}
+	return end
+}
+
+// matchDigits1to3 matches \p{N}{1,3}.
+func matchDigits1to3(s string, i int) int {
+	e := i
+	for k := 0; k < 3 && e < len(s); k++ {
+		_, c, n := classAt(s, e)
+		if c&clN == 0 {
+			break
+		}
+		e += n
+	}
+	if e == i {
+		return -1
+	}
+	return e
+}
+
+// matchDeepseekV3 matches the last regex of DeepSeek V3's pre-tokenizer at i:
+//
+//	[ASCII punctuation][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+func matchDeepseekV3(s string, i int) int {
+	isASCIILetter := func(k int) bool { return k < len(s) && (s[k]|0x20) >= 'a' && (s[k]|0x20) <= 'z' }
+	if c := s[i]; c < utf8.RuneSelf && c > ' ' && c != 0x7F && asciiClass[c]&(clL|clN) == 0 && isASCIILetter(i+1) {
+		e := i + 1
+		for isASCIILetter(e) {
+			e++
+		}
+		return e
+	}
+	r, c, n := classAt(s, i)
+	if r != '\r' && r != '\n' && c&(clL|clP|clS) == 0 && i+n < len(s) {
+		if e := spanClass(s, i+n, clL|clM); e > i+n {
+			return e
+		}
+	}
+	if e := spanClass(s, i, clL|clM); e > i {
+		return e
+	}
+	j, cj, nj := i, c, n
+	if r == ' ' && i+1 < len(s) {
+		j = i + 1
+		_, cj, nj = classAt(s, j)
+	}
+	if cj&(clP|clS) != 0 {
+		e := spanClass(s, j+nj, clP|clS)
+		for e < len(s) && (s[e] == '\r' || s[e] == '\n') {
 			e++
 		}
 		return e
