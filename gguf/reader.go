@@ -532,11 +532,20 @@ func checkTensorPlacement(f *File) error {
 		}
 	}
 	sort.Slice(order, func(a, b int) bool { return f.Tensors[order[a]].Offset < f.Tensors[order[b]].Offset })
-	for k := 1; k < len(order); k++ {
-		prev, cur := &f.Tensors[order[k-1]], &f.Tensors[order[k]]
-		if prev.Offset+prev.Size > cur.Offset && cur.Size > 0 && prev.Size > 0 {
+	// Walk in offset order remembering the furthest-reaching non-empty
+	// tensor so far; empty tensors occupy nothing and may sit anywhere.
+	var last *TensorInfo
+	for _, i := range order {
+		cur := &f.Tensors[i]
+		if cur.Size == 0 {
+			continue
+		}
+		if last != nil && last.Offset+last.Size > cur.Offset {
 			return &FormatError{File: f.Name, Where: fmt.Sprintf("tensor %q", cur.Name), Offset: -1,
-				Msg: fmt.Sprintf("data at %d overlaps tensor %q at [%d, +%d)", cur.Offset, prev.Name, prev.Offset, prev.Size)}
+				Msg: fmt.Sprintf("data at %d overlaps tensor %q at [%d, +%d)", cur.Offset, last.Name, last.Offset, last.Size)}
+		}
+		if last == nil || cur.Offset+cur.Size > last.Offset+last.Size {
+			last = cur
 		}
 	}
 	return nil
