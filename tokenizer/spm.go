@@ -557,12 +557,13 @@ type spmPairs struct {
 }
 
 // newSPMPairs finds, for every piece, each way of cutting it into two
-// pieces.
+// pieces. Text is cut into characters before merging, so only cuts between
+// characters can join.
 func newSPMPairs(ids map[string]int32) spmPairs {
 	var keys []uint64
 	var vals []int32
 	for tok, id := range ids {
-		for cut := 1; cut < len(tok); cut++ {
+		for cut := int(spmCharLen[tok[0]>>4]); cut < len(tok); cut += int(spmCharLen[tok[cut]>>4]) {
 			a, ok1 := ids[tok[:cut]]
 			b, ok2 := ids[tok[cut:]]
 			if ok1 && ok2 {

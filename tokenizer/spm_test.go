@@ -401,3 +401,37 @@ func TestSPMReference(t *testing.T) {
 	spCheckDigests(t, "spm lines", r, r.SPMLines, lines, encode)
 	spCheckDigests(t, "spm paragraphs", r, r.SPMParagraphs, paragraphs, encode)
 }
+
+// FuzzSPMEncode checks, on any text, that cutting it into words, the word
+// cache and the scan for short words give what llama.cpp's single queue
+// over the whole text gives.
+func FuzzSPMEncode(f *testing.F) {
+	_, s := spLoadSPM(f, "ggml-vocab-llama-spm.gguf")
+	sc := new(spmScratch)
+	f.Fuzz(func(t *testing.T, text string, prefix bool) {
+		got := s.encode(nil, text, prefix)
+		buf := []byte(strings.ReplaceAll(text, " ", spmSpace))
+		if prefix {
+			buf = append([]byte(spmSpace), buf...)
+		}
+		var want []int32
+		if len(buf) > 0 {
+			sc.syms = sc.syms[:0]
+			for off := int32(0); off < int32(len(buf)); {
+				n := min(spmCharLen[buf[off]>>4], int32(len(buf))-off)
+				id, ok := s.ids[string(buf[off:off+n])]
+				if !ok {
+					id = -1
+				}
+				k := int32(len(sc.syms))
+				sc.syms = append(sc.syms, spmSymbol{start: off, n: n, prev: k - 1, next: k + 1, id: id})
+				off += n
+			}
+			sc.syms[len(sc.syms)-1].next = -1
+			want = s.mergeHeap(nil, sc, buf, sc.syms)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("encode(%q, %v) = %v, one queue gives %v", text, prefix, got, want)
+		}
+	})
+}

@@ -156,3 +156,24 @@ func TestWPMReference(t *testing.T) {
 	}
 	t.Logf("wpm multilingual: %d/%d agree with the reference", pass, len(inputs))
 }
+
+// FuzzWPMEncode checks that any text, valid UTF-8 or not, gives ids of the
+// vocabulary, and that a text cut at whitespace encodes as its parts do.
+func FuzzWPMEncode(f *testing.F) {
+	v := spOpenGGUF(f, "llamacpp-vocab", "ggml-vocab-bert-bge.gguf")
+	w, err := newWPM(v)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		whole := w.encode(nil, a+" "+b)
+		for _, id := range whole {
+			if id < 0 || int(id) >= len(v.Tokens) {
+				t.Fatalf("id %d outside %d tokens", id, len(v.Tokens))
+			}
+		}
+		if parts := w.encode(w.encode(nil, a), b); !slices.Equal(whole, parts) {
+			t.Fatalf("encode(%q + \" \" + %q) = %v, parts give %v", a, b, whole, parts)
+		}
+	})
+}
