@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 )
@@ -18,12 +19,12 @@ const (
 	spFieldScore = 2 // SentencePiece.score: float
 	spFieldType  = 3 // SentencePiece.type: enum, NORMAL=1 … BYTE=6
 
-	spFieldModelType       = 3  // TrainerSpec.model_type: UNIGRAM=1, BPE=2, WORD=3, CHAR=4
-	spFieldWhitespaceSufix = 24 // TrainerSpec.treat_whitespace_as_suffix
-	spFieldUnkID           = 40 // TrainerSpec.unk_id, default 0
-	spFieldBosID           = 41 // TrainerSpec.bos_id, default 1
-	spFieldEosID           = 42 // TrainerSpec.eos_id, default 2
-	spFieldPadID           = 43 // TrainerSpec.pad_id, default -1
+	spFieldModelType        = 3  // TrainerSpec.model_type: UNIGRAM=1, BPE=2, WORD=3, CHAR=4
+	spFieldWhitespaceSuffix = 24 // TrainerSpec.treat_whitespace_as_suffix
+	spFieldUnkID            = 40 // TrainerSpec.unk_id, default 0
+	spFieldBosID            = 41 // TrainerSpec.bos_id, default 1
+	spFieldEosID            = 42 // TrainerSpec.eos_id, default 2
+	spFieldPadID            = 43 // TrainerSpec.pad_id, default -1
 
 	spFieldAddDummyPrefix    = 3 // NormalizerSpec.add_dummy_prefix, default true
 	spFieldRemoveExtraSpaces = 4 // NormalizerSpec.remove_extra_whitespaces, default true
@@ -53,14 +54,16 @@ func VocabFromSentencePiece(path string) (*Vocab, error) {
 		return nil, fmt.Errorf("sentencepiece: %w", err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("sentencepiece: %w", err)
-	} else if fi.Size() > spMaxFile {
-		return nil, fmt.Errorf("sentencepiece %s: %d bytes is too large for a model", path, fi.Size())
-	}
-	data, err := os.ReadFile(path)
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("sentencepiece: %w", err)
+	}
+	if fi.Size() > spMaxFile {
+		return nil, fmt.Errorf("sentencepiece %s: %d bytes is too large for a model", path, fi.Size())
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("sentencepiece %s: %w", path, err)
 	}
 	v, err := parseSentencePiece(data)
 	if err != nil {
@@ -193,7 +196,7 @@ func spTrainer(sp *spSpecs, data []byte, off int) error {
 				return spWireError("model_type", wire, spWireVarint, off)
 			}
 			sp.modelType = val
-		case spFieldWhitespaceSufix:
+		case spFieldWhitespaceSuffix:
 			if wire != spWireVarint {
 				return spWireError("treat_whitespace_as_suffix", wire, spWireVarint, off)
 			}
