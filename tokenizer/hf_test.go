@@ -195,49 +195,31 @@ func TestFromHFFiles(t *testing.T) {
 	}
 }
 
-// TestMetaspacePrependScheme checks where a SentencePiece-style
-// tokenizer.json puts its leading ▁: before every text fragment
-// ("always", as llama.cpp does) or only at the start of the text ("first").
-func TestMetaspacePrependScheme(t *testing.T) {
-	doc := func(scheme string) string {
-		return `{"added_tokens": [{"id": 1, "content": "<s>", "special": true}],
-		 "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "` + scheme + `", "split": false},
-		 "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
-		  "vocab": {"<unk>": 0, "<s>": 1, "▁": 2, "a": 3, "▁a": 4}, "merges": ["▁ a"]}}`
+// TestHFLibraryCases checks small tokenizer.json documents that Hugging
+// Face's tokenizers library built, against the ids that library gave
+// (testdata/hfcheck, made by gen.py there): Metaspace prepend schemes,
+// added tokens' lstrip/rstrip, NFC and ignore_merges.
+func TestHFLibraryCases(t *testing.T) {
+	var cases map[string]struct {
+		Tokenizer json.RawMessage `json:"tokenizer"`
+		Error     string          `json:"error"`
+		Encodings []struct {
+			Text string  `json:"text"`
+			IDs  []int32 `json:"ids"`
+		} `json:"encodings"`
 	}
-	tests := []struct {
-		scheme, text string
-		want         []int32
-	}{
-		{"always", "<s>a a", []int32{1, 4, 4}},
-		{"first", "<s>a a", []int32{1, 3, 4}},
-		{"first", "a<s>a", []int32{4, 1, 3}},
-		{"never", "a a", []int32{3, 4}},
-	}
-	for _, tc := range tests {
-		tk := newTokenizer(t, mustParse(t, doc(tc.scheme)))
-		if got := tk.Encode(tc.text, false, true); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: Encode(%q) = %v, want %v", tc.scheme, tc.text, got, tc.want)
-		}
-	}
-}
-
-// TestAddedTokenStrip checks lstrip/rstrip of added tokens: the white
-// space beside a matched token goes with it.
-func TestAddedTokenStrip(t *testing.T) {
-	for _, tc := range []struct {
-		flags string
-		want  []int32
-	}{
-		{`"lstrip": false, "rstrip": false`, []int32{'a', ' ', 257, ' ', ' ', 'b'}},
-		{`"lstrip": true, "rstrip": false`, []int32{'a', 257, ' ', ' ', 'b'}},
-		{`"lstrip": false, "rstrip": true`, []int32{'a', ' ', 257, 'b'}},
-		{`"lstrip": true, "rstrip": true`, []int32{'a', 257, 'b'}},
-	} {
-		doc := strings.Replace(byteLevelJSON(`{"type": "ByteLevel"}`), `"special": true`, `"special": true, `+tc.flags, 1)
-		tk := newTokenizer(t, mustParse(t, doc))
-		if got := tk.Encode("a <|endoftext|>  b", false, true); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: Encode = %v, want %v", tc.flags, got, tc.want)
-		}
+	readJSON(t, "testdata/hfcheck/cases.json", &cases)
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if c.Error != "" {
+				t.Fatalf("the fixture has no case: %s", c.Error)
+			}
+			tk := newTokenizer(t, mustParse(t, string(c.Tokenizer)))
+			for _, e := range c.Encodings {
+				if got := tk.Encode(e.Text, false, true); !slices.Equal(got, e.IDs) {
+					t.Errorf("Encode(%q) = %v, want %v", e.Text, got, e.IDs)
+				}
+			}
+		})
 	}
 }

@@ -81,6 +81,7 @@ type hfPipeline struct {
 	spaceToMeta  bool // spaces become ▁ (SentencePiece style)
 	prependMeta  bool // ▁ goes before the text
 	prependFirst bool // only before the text's first fragment
+	metaspace    bool // the ▁ comes from a Metaspace pre-tokenizer, which adds none before a space
 	byteLevel    bool
 	bert         bool
 	regexes      []string // pre-tokenizer stages
@@ -153,7 +154,7 @@ func (p *hfPipeline) preTokenizer(raw json.RawMessage) error {
 		if c.Replacement != spmSpace || (c.Split != nil && *c.Split) {
 			return fmt.Errorf("pre-tokenizer Metaspace: only replacement %q without split is supported", spmSpace)
 		}
-		p.spaceToMeta = true
+		p.spaceToMeta, p.metaspace = true, true
 		switch c.PrependScheme {
 		case "always":
 			p.prependMeta = true
@@ -314,7 +315,8 @@ func hfBPE(v *Vocab, tj *hfTokenizerJSON, p *hfPipeline) error {
 		v.Model, v.Pre = "gpt2", name
 	case p.spaceToMeta && len(p.regexes) == 0 && !p.bert:
 		v.Model, v.Pre = "llama", "default"
-		v.AddSpacePrefix, v.EscapeWhitespaces, v.SpacePrefixFirstOnly = p.prependMeta, true, p.prependFirst
+		v.AddSpacePrefix, v.EscapeWhitespaces = p.prependMeta, true
+		v.SpacePrefixFirstOnly, v.SpacePrefixUnlessSpace = p.prependFirst, p.metaspace
 		for id, t := range v.Tokens {
 			if _, ok := spmByteToken(t); ok && m.ByteFallback {
 				v.Types[id] = TypeByte

@@ -234,8 +234,10 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpec
 			fragEnd = i + len(strings.TrimRightFunc(text[i:start], unicode.IsSpace))
 		}
 		if fragEnd > i {
-			prefix := v.AddSpacePrefix && prevSpecial && (i == 0 || !v.SpacePrefixFirstOnly)
-			dst = t.encodeFragment(dst, text[i:fragEnd], prefix)
+			frag := text[i:fragEnd]
+			prefix := v.AddSpacePrefix && prevSpecial && (i == 0 || !v.SpacePrefixFirstOnly) &&
+				!(v.SpacePrefixUnlessSpace && frag[0] == ' ')
+			dst = t.encodeFragment(dst, frag, prefix)
 			prevSpecial = false
 		}
 		if id >= 0 {

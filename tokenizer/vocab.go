@@ -49,4 +49,8 @@ type Vocab struct {
 	// LStrip and RStrip list special tokens that, matched in text, take the
 	// white space before / after them along (HF added tokens' lstrip/rstrip).
 	LStrip, RStrip []int32
+
+	// SpacePrefixUnlessSpace skips AddSpacePrefix for text that already
+	// starts with a space (HF's Metaspace; llama.cpp always adds it).
+	SpacePrefixUnlessSpace bool
 }
