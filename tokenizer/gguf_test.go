@@ -84,6 +84,16 @@ func TestVocabFromGGUFFiles(t *testing.T) {
 			if (v.Scores != nil) != tc.scored || (v.Types != nil) != tc.byTypes {
 				t.Errorf("scores %v types %v, want %v %v", v.Scores != nil, v.Types != nil, tc.scored, tc.byTypes)
 			}
+			var err error
+			switch v.Model {
+			case "llama":
+				_, err = newSPM(v)
+			case "bert":
+				_, err = newWPM(v)
+			}
+			if err != nil {
+				t.Errorf("segmenter: %v", err)
+			}
 		})
 	}
 }
