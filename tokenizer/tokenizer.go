@@ -22,16 +22,11 @@ type Tokenizer struct {
 	ids     map[string]int32 // token text -> id, built by the first ID call
 
 	// One segmenter, by Vocab.Model.
-	spm     *spm            // "llama" with scores
-	spmBPE  *bpe            // "llama" with merges and no scores (HF BPE with byte fallback)
-	byteBPE *bpe            // "gpt2"
-	pre     *preTokenizer   // with byteBPE
-	wpm     fragmentEncoder // "bert"
-}
-
-// fragmentEncoder segments text that holds no special token.
-type fragmentEncoder interface {
-	encode(dst []int32, text string) []int32
+	spm     *spm          // "llama" with scores
+	spmBPE  *bpe          // "llama" with merges and no scores (HF BPE with byte fallback)
+	byteBPE *bpe          // "gpt2"
+	pre     *preTokenizer // with byteBPE
+	wpm     *wpm          // "bert"
 }
 
 // Bits of Tokenizer.strip.
