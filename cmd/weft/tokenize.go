@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weftlm/weft/modelpath"
 	"github.com/weftlm/weft/tokenizer"
 )
 
@@ -22,7 +23,7 @@ func init() {
 
 func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("tokenize", stderr)
-	model := fs.String("m", "", "model: a .gguf file or a directory of Hugging Face tokenizer files")
+	model := fs.String("m", "", "model `PATH`: a .gguf file, a directory of Hugging Face tokenizer files, a tokenizer.json,\na SentencePiece .model, or a model name (see weft list)")
 	noSpecial := fs.Bool("no-special", false, "add no BOS/EOS and read special-token text as plain text")
 	asJSON := fs.Bool("json", false, "print the ids as a JSON array")
 	file := fs.String("file", "", "read the text from this file (- for standard input)")
@@ -46,7 +47,11 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return fmt.Errorf("%w: give either TEXT or --file", errUsage)
 	}
-	tk, err := tokenizer.Load(*model)
+	path, err := modelpath.Resolve(*model)
+	if err != nil {
+		return err
+	}
+	tk, err := tokenizer.Load(path)
 	if err != nil {
 		return err
 	}
