@@ -1,0 +1,91 @@
+package sample
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Counter-based Gumbel noise for sampling by Gumbel-max on a device.
+//
+// The noise of token i at generation step `step` of stream `seed` is a pure
+// function of the three numbers, so a kernel needs no RNG state and every
+// thread computes its own token's noise:
+//
+//	key  = mix(seed + γ)               once per stream
+//	skey = mix(key + (step+1)·γ)       once per step
+//	h    = mix(skey + (i+1)·γ)         per token
+//	u    = ((h >> 11) + 0.5) · 2⁻⁵³    uniform in (0, 1), never 0 or 1
+//	g    = float32(-log(-log(u)))      log in float64
+//
+// where γ = 0x9e3779b97f4a7c15 and mix is SplitMix64's finaliser; all
+// integer arithmetic is modulo 2⁶⁴. Each line is SplitMix64 — a Weyl
+// sequence through a bijective mixer — so h is the i-th output of the
+// stream keyed by skey, itself the step-th output of the stream keyed by
+// key. The integers and u are exact in any language; the logarithms are
+// float64 library calls, which may differ in the last bit of the double
+// between libraries (Go's and CUDA's are both within 1 ulp), so g agrees
+// to the float32 bit except when a double lands that close to a float32
+// rounding boundary: about one value in 2²⁸.
+
+const gamma = 0x9e3779b97f4a7c15
+
+// mix is SplitMix64's output function, a bijection of uint64.
+func mix(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// stepKey is the per-step key of the noise.
+func stepKey(seed, step uint64) uint64 { return mix(mix(seed+gamma) + (step+1)*gamma) }
+
+// gumbelAt is the noise of token i under a step key.
+func gumbelAt(skey uint64, i int) float32 {
+	h := mix(skey + (uint64(i)+1)*gamma)
+	u := (float64(h>>11) + 0.5) * 0x1p-53
+	return float32(-math.Log(-math.Log(u)))
+}
+
+// GumbelNoise returns the standard Gumbel noise of token i at generation
+// step step of the stream seed (see the formula above).
+func GumbelNoise(seed, step uint64, i int) float32 {
+	return gumbelAt(stepKey(seed, step), i)
+}
+
+// SampleGumbel draws a token from softmax(logits/temperature) by the
+// Gumbel-max trick: the id maximising logits[i]/temperature + g_i in
+// float32 (one division, one addition, both rounded to float32), with g_i =
+// GumbelNoise(seed, step, i) and ties to the lowest id. A temperature of 0
+// is greedy. It is the reference for the GPU backend's sampler; to sample
+// after top-k, top-p or min-p, set the dropped logits to -Inf first. NaN
+// and -Inf logits are never drawn.
+func SampleGumbel(logits []float32, temperature float32, seed, step uint64) (int32, error) {
+	if len(logits) == 0 {
+		return 0, errors.New("sample: SampleGumbel: no logits")
+	}
+	if !(temperature >= 0) || math.IsInf(float64(temperature), 1) {
+		return 0, fmt.Errorf("sample: SampleGumbel: temperature %v, want 0 (greedy) or a positive finite value", temperature)
+	}
+	if temperature == 0 {
+		if id := argmax(logits); id >= 0 {
+			return id, nil
+		}
+		return 0, ErrNoCandidates
+	}
+	skey := stepKey(seed, step)
+	negInf := float32(math.Inf(-1))
+	best, id := negInf, int32(-1)
+	for i, v := range logits {
+		if !(v > negInf) {
+			continue
+		}
+		if score := v/temperature + gumbelAt(skey, i); score > best || id < 0 {
+			best, id = score, int32(i)
+		}
+	}
+	if id < 0 {
+		return 0, ErrNoCandidates
+	}
+	return id, nil
+}

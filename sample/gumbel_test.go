@@ -1,0 +1,86 @@
+package sample
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+// TestMix checks mix against SplitMix64's published outputs for seed 0:
+// the n-th output is mix(n·γ).
+func TestMix(t *testing.T) {
+	want := []uint64{0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f, 0xf88bb8a8724c81ec}
+	for n, w := range want {
+		if got := mix(uint64(n+1) * gamma); got != w {
+			t.Errorf("output %d: %#x, want %#x", n+1, got, w)
+		}
+	}
+}
+
+// TestGumbelNoise checks that the noise is standard Gumbel: its CDF
+// exp(-exp(-x)) at a few points, mean Euler's γ, variance π²/6; and that
+// it depends on each of seed, step and token.
+func TestGumbelNoise(t *testing.T) {
+	const n = 400_000
+	points := []float64{-1, 0, 0.5, 1, 2, 4}
+	below := make([]int, len(points))
+	var sum, sum2 float64
+	for k := range n {
+		g := float64(GumbelNoise(9, uint64(k/1000), k%1000))
+		sum += g
+		sum2 += g * g
+		for j, x := range points {
+			if g <= x {
+				below[j]++
+			}
+		}
+	}
+	for j, x := range points {
+		if got, want := float64(below[j])/n, math.Exp(-math.Exp(-x)); math.Abs(got-want) > 0.004 {
+			t.Errorf("P(g <= %v) = %.4f, want %.4f", x, got, want)
+		}
+	}
+	mean := sum / n
+	if math.Abs(mean-0.5772156649) > 0.01 {
+		t.Errorf("mean %v, want Euler's constant 0.5772", mean)
+	}
+	if v := sum2/n - mean*mean; math.Abs(v-math.Pi*math.Pi/6) > 0.02 {
+		t.Errorf("variance %v, want π²/6 = 1.6449", v)
+	}
+
+	base := GumbelNoise(1, 2, 3)
+	if GumbelNoise(1, 2, 3) != base {
+		t.Error("GumbelNoise is not a function of its arguments")
+	}
+	for _, other := range []float32{GumbelNoise(0, 2, 3), GumbelNoise(1, 3, 3), GumbelNoise(1, 2, 4)} {
+		if other == base {
+			t.Error("changing seed, step or token left the noise unchanged")
+		}
+	}
+}
+
+func TestSampleGumbel(t *testing.T) {
+	if _, err := SampleGumbel(nil, 1, 0, 0); err == nil {
+		t.Error("no logits accepted")
+	}
+	for _, temp := range []float32{-1, nan, inf} {
+		if _, err := SampleGumbel([]float32{1}, temp, 0, 0); err == nil {
+			t.Errorf("temperature %v accepted", temp)
+		}
+	}
+	for _, temp := range []float32{0, 1} {
+		if _, err := SampleGumbel([]float32{negInf, nan}, temp, 0, 0); !errors.Is(err, ErrNoCandidates) {
+			t.Errorf("T=%v: all -Inf/NaN gave %v, want ErrNoCandidates", temp, err)
+		}
+	}
+	if got, _ := SampleGumbel([]float32{1, 4, 2, 4}, 0, 5, 5); got != 1 {
+		t.Errorf("temperature 0 gave %d, want the argmax 1", got)
+	}
+	// Banned tokens are never drawn, however large the temperature.
+	l := []float32{negInf, 0, nan, 0, negInf}
+	for step := range uint64(2000) {
+		if got, _ := SampleGumbel(l, 100, 3, step); got != 1 && got != 3 {
+			t.Fatalf("step %d drew token %d", step, got)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package sample
+
+import "math"
+
+// TokenLogProb is a token and its log-probability, for the logprobs and
+// top_logprobs of an API response.
+type TokenLogProb struct {
+	ID      int32
+	LogProb float32
+}
+
+// LogSumExp returns log Σ exp(logits[i]) (the log of the softmax's
+// denominator), summed in float64 from the maximum so that nothing
+// overflows. NaN logits count as -Inf; the result is -Inf when every logit
+// is. The log-probability of token i is logits[i] - LogSumExp(logits).
+func LogSumExp(logits []float32) float32 {
+	return float32(logSumExp(logits))
+}
+
+func logSumExp(logits []float32) float64 {
+	id := argmax(logits)
+	if id < 0 {
+		return math.Inf(-1)
+	}
+	return logSumExpFrom(logits, logits[id])
+}
+
+func logSumExpFrom(logits []float32, mx float32) float64 {
+	if math.IsInf(float64(mx), 1) {
+		return math.Inf(1)
+	}
+	negInf := float32(math.Inf(-1))
+	m, sum := float64(mx), 0.0
+	for _, v := range logits {
+		if v > negInf {
+			sum += math.Exp(float64(v) - m)
+		}
+	}
+	return m + math.Log(sum)
+}
+
+// LogSoftmax writes log softmax(logits) to dst, grown to len(logits) if its
+// capacity is short, and returns it. NaN logits count as -Inf.
+func LogSoftmax(logits []float32, dst []float32) []float32 {
+	if cap(dst) < len(logits) {
+		dst = make([]float32, len(logits))
+	}
+	dst = dst[:len(logits)]
+	lse := logSumExp(logits)
+	negInf := float32(math.Inf(-1))
+	for i, v := range logits {
+		if v > negInf {
+			dst[i] = float32(float64(v) - lse)
+		} else {
+			dst[i] = negInf
+		}
+	}
+	return dst
+}
+
+// TopLogProbs returns in dst (reused when its capacity allows) the n most
+// probable tokens of softmax(logits) with their log-probabilities, most
+// probable first, ties to the lowest id. NaN and -Inf logits are never
+// listed, so fewer than n come back when fewer are finite.
+//
+// The n best are kept sorted while scanning: a logit that does not beat
+// the n-th costs one comparison, which is almost every logit when n is
+// the handful an API asks for.
+func TopLogProbs(logits []float32, n int, dst []TokenLogProb) []TokenLogProb {
+	dst = dst[:0]
+	if n <= 0 {
+		return dst
+	}
+	negInf := float32(math.Inf(-1))
+	for i, v := range logits {
+		if !(v > negInf) || (len(dst) == n && !(v > dst[n-1].LogProb)) {
+			continue
+		}
+		j := len(dst)
+		if j < n {
+			dst = append(dst, TokenLogProb{})
+		} else {
+			j--
+		}
+		for ; j > 0 && dst[j-1].LogProb < v; j-- {
+			dst[j] = dst[j-1]
+		}
+		dst[j] = TokenLogProb{int32(i), v}
+	}
+	if len(dst) == 0 {
+		return dst
+	}
+	lse := logSumExpFrom(logits, dst[0].LogProb)
+	for i := range dst {
+		dst[i].LogProb = float32(float64(dst[i].LogProb) - lse)
+	}
+	return dst
+}

@@ -1,0 +1,376 @@
+// Package sample turns a row of logits into the next token: the sampling
+// chain of weft's generation API.
+//
+// A Sampler applies, for each token, these stages in this order:
+//
+//  1. logit bias: logits[id] += LogitBias[id] (-Inf bans a token);
+//  2. penalties over the last PenaltyWindow tokens of the history, once per
+//     distinct token with count c > 0: the repeat penalty r divides a
+//     positive logit and multiplies a negative one (llama.cpp), then
+//     logit -= PresencePenalty + c·FrequencyPenalty (OpenAI);
+//  3. greedy when Temperature is 0: the argmax, ties to the lowest id;
+//     the stages below are skipped, as none of them can drop the argmax;
+//  4. top-k: the K highest logits (ties to the lowest ids);
+//  5. temperature: logits / T;
+//  6. softmax over what is left;
+//  7. top-p: the smallest set of most probable tokens whose probability
+//     reaches TopP;
+//  8. min-p: tokens whose probability is below MinP times the largest;
+//  9. a draw from what is left, renormalised, with the seeded PCG stream.
+//
+// This is llama.cpp's default chain (penalties, top-k, top-p, min-p) with one
+// difference: llama.cpp divides by the temperature last, so its top-p and
+// min-p see probabilities at temperature 1; here, as in ollama and Hugging
+// Face transformers, they see the probabilities that are drawn from. Top-k
+// does not care where the temperature goes.
+//
+// # Gumbel-max
+//
+// Stages 5, 6 and 9 together are equivalent in distribution to
+//
+//	argmax_i  logits[i]/T + g_i,   g_i = -log(-log(u_i)),  u_i ~ U(0, 1)
+//
+// taken over the tokens that stages 4, 7 and 8 keep (or over all of them
+// when those are off): the Gumbel-max trick. The GPU backend samples that
+// way, without a softmax or a sort; GumbelNoise is the counter-based noise
+// it uses, a pure function of (seed, step, token) that a kernel computes
+// bit for bit, and SampleGumbel is the reference for that kernel. Sample
+// itself draws by inverse CDF from a PCG stream, so for the same seed the
+// two give the same distribution but not the same tokens.
+//
+// # Cost
+//
+// Nothing is allocated per token: buffers are sized to the vocabulary in
+// New. Nothing sorts the vocabulary either. Top-k keeps a heap of K
+// candidates in one pass over the logits. Top-p builds a histogram of the
+// probability mass during the softmax (eight buckets per power of two),
+// which places its boundary within one bucket; one pass drops what lies
+// below, and a quickselect on mass ranks only that bucket's tokens. The
+// softmax's exp is a float32-accurate polynomial, not math.Exp.
+package sample
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// MaxVocab bounds the vocabulary New accepts, so that a bad size cannot ask
+// for a huge allocation (a Sampler holds about 16 bytes per token).
+const MaxVocab = 1 << 21
+
+// DefaultPenaltyWindow is the number of recent tokens penalised when
+// Params.PenaltyWindow is 0 (llama.cpp's and ollama's repeat_last_n).
+const DefaultPenaltyWindow = 64
+
+// ErrNoCandidates is returned by Sample when every logit is -Inf or NaN
+// after the logit bias and penalties, so that no token can be drawn.
+var ErrNoCandidates = errors.New("sample: no token has a finite logit")
+
+// Params configures the chain. The zero value is greedy decoding with every
+// other stage off; each field's zero value means "off" (or the default
+// named below), so a caller sets only what it uses.
+type Params struct {
+	// Temperature divides the logits before the softmax. 0 is greedy
+	// decoding; otherwise it must be positive and finite.
+	Temperature float32
+	// TopK keeps the K most probable tokens. 0 is off; K >= vocab is off.
+	TopK int
+	// TopP keeps the smallest set of most probable tokens whose
+	// probability reaches TopP. It must lie in (0, 1]; 1 is off, and so is
+	// 0, which stands for "unset".
+	TopP float32
+	// MinP drops tokens whose probability is below MinP times that of the
+	// most probable token. It must lie in [0, 1]; 0 is off.
+	MinP float32
+	// RepeatPenalty divides a positive logit of a recent token and
+	// multiplies a negative one (llama.cpp's repeat_penalty). It must be
+	// positive and finite; 1 is off, and so is 0, which stands for "unset".
+	RepeatPenalty float32
+	// PresencePenalty is subtracted once from the logit of every recent
+	// token (OpenAI's presence_penalty). Any finite value; 0 is off.
+	PresencePenalty float32
+	// FrequencyPenalty is subtracted from the logit of a recent token once
+	// per occurrence (OpenAI's frequency_penalty). Any finite value.
+	FrequencyPenalty float32
+	// PenaltyWindow is how many of the last tokens of the history the
+	// penalties look at: 0 means DefaultPenaltyWindow, -1 the whole
+	// history.
+	PenaltyWindow int
+	// LogitBias is added to the logits of the tokens it names before
+	// anything else. A bias must be finite or -Inf (which bans the token);
+	// every id must lie in [0, vocab).
+	LogitBias map[int32]float32
+	// Seed seeds the random stream. 0 asks for a random seed, which
+	// Sampler.Seed reports so that a run can be repeated.
+	Seed uint64
+}
+
+// ParamError reports a Params field that New rejects.
+type ParamError struct {
+	Field string // the Params field, e.g. "TopP" or "LogitBias[12]"
+	Msg   string // what is wrong with its value
+}
+
+func (e *ParamError) Error() string { return "sample: Params." + e.Field + " " + e.Msg }
+
+// Sampler holds the validated parameters, the random stream and the
+// buffers of one generation. It is not safe for concurrent use; give each
+// sequence its own.
+type Sampler struct {
+	p        Params
+	vocab    int
+	seed     uint64
+	pcg      *rand.PCG
+	rng      *rand.Rand
+	window   int // tokens of history the penalties look at; -1 is all
+	penalize bool
+
+	biasIDs []int32   // LogitBias as parallel slices sorted by id: no map
+	biasVal []float32 // iteration on the hot path, and a fixed order
+
+	work   []float32 // [vocab] logits after bias and penalties
+	counts []int32   // [vocab] occurrences in the window; zero between calls
+	cands  []cand    // [vocab] candidate tokens, with logits then probabilities
+	hist   *massHist // top-p's mass histogram
+}
+
+// cand is a candidate token: its id and, depending on the stage, its logit
+// or its unnormalised probability.
+type cand struct {
+	id int32
+	v  float32
+}
+
+// New validates p and returns a Sampler for a vocabulary of vocab tokens.
+func New(p Params, vocab int) (*Sampler, error) {
+	if vocab <= 0 || vocab > MaxVocab {
+		return nil, fmt.Errorf("sample: vocabulary size %d outside [1, %d]", vocab, MaxVocab)
+	}
+	if err := p.validate(vocab); err != nil {
+		return nil, err
+	}
+	if p.TopP == 0 {
+		p.TopP = 1
+	}
+	if p.RepeatPenalty == 0 {
+		p.RepeatPenalty = 1
+	}
+	if p.TopK >= vocab {
+		p.TopK = 0
+	}
+	s := &Sampler{p: p, vocab: vocab, seed: p.Seed, window: p.PenaltyWindow}
+	if s.window == 0 {
+		s.window = DefaultPenaltyWindow
+	}
+	for s.seed == 0 {
+		s.seed = rand.Uint64()
+	}
+	s.pcg = rand.NewPCG(s.seed, pcgStream)
+	s.rng = rand.New(s.pcg)
+
+	s.penalize = p.RepeatPenalty != 1 || p.PresencePenalty != 0 || p.FrequencyPenalty != 0
+	for id, b := range p.LogitBias {
+		if b != 0 {
+			s.biasIDs = append(s.biasIDs, id)
+		}
+	}
+	slices.Sort(s.biasIDs)
+	for _, id := range s.biasIDs {
+		s.biasVal = append(s.biasVal, p.LogitBias[id])
+	}
+	if s.penalize || len(s.biasIDs) > 0 {
+		s.work = make([]float32, vocab)
+	}
+	if s.penalize {
+		s.counts = make([]int32, vocab)
+	}
+	if p.Temperature > 0 {
+		s.cands = make([]cand, 0, vocab)
+		if p.TopP < 1 {
+			s.hist = new(massHist)
+		}
+	}
+	return s, nil
+}
+
+// pcgStream is the second PCG seed word; the first is the user's seed.
+const pcgStream = 0x9e3779b97f4a7c15
+
+func (p *Params) validate(vocab int) error {
+	bad := func(field, format string, args ...any) error {
+		return &ParamError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	finite := func(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+	switch {
+	case !finite(p.Temperature) || p.Temperature < 0:
+		return bad("Temperature", "= %v, want 0 (greedy) or a positive finite value", p.Temperature)
+	case p.TopK < 0:
+		return bad("TopK", "= %d, want 0 (off) or a positive count", p.TopK)
+	case !(p.TopP >= 0 && p.TopP <= 1):
+		return bad("TopP", "= %v outside (0, 1] (0 means unset)", p.TopP)
+	case !(p.MinP >= 0 && p.MinP <= 1):
+		return bad("MinP", "= %v outside [0, 1]", p.MinP)
+	case !finite(p.RepeatPenalty) || p.RepeatPenalty < 0:
+		return bad("RepeatPenalty", "= %v, want a positive finite value (1 or 0 is off)", p.RepeatPenalty)
+	case !finite(p.PresencePenalty):
+		return bad("PresencePenalty", "= %v, want a finite value", p.PresencePenalty)
+	case !finite(p.FrequencyPenalty):
+		return bad("FrequencyPenalty", "= %v, want a finite value", p.FrequencyPenalty)
+	case p.PenaltyWindow < -1:
+		return bad("PenaltyWindow", "= %d, want -1 (whole history), 0 (default %d) or a positive count", p.PenaltyWindow, DefaultPenaltyWindow)
+	}
+	for id, b := range p.LogitBias {
+		if id < 0 || int(id) >= vocab {
+			return bad(fmt.Sprintf("LogitBias[%d]", id), "names a token outside the vocabulary [0, %d)", vocab)
+		}
+		if math.IsNaN(float64(b)) || math.IsInf(float64(b), 1) {
+			return bad(fmt.Sprintf("LogitBias[%d]", id), "= %v, want a finite value or -Inf", b)
+		}
+	}
+	return nil
+}
+
+// Params returns the parameters in effect: those given to New, with unset
+// TopP and RepeatPenalty read as 1, TopK >= vocab as 0, and the seed used.
+func (s *Sampler) Params() Params {
+	p := s.p
+	p.Seed = s.seed
+	return p
+}
+
+// Seed returns the seed of the random stream: Params.Seed, or the random
+// seed chosen when that was 0.
+func (s *Sampler) Seed() uint64 { return s.seed }
+
+// Reset restarts the random stream from the seed, so that the same logits
+// and histories give the same tokens again.
+func (s *Sampler) Reset() { s.pcg.Seed(s.seed, pcgStream) }
+
+// Sample returns the next token for logits ([vocab] float32, left
+// unchanged) given the tokens so far (prompt and generated, oldest first;
+// the penalties read its last PenaltyWindow entries). NaN logits count as
+// -Inf. It fails only on a logits row of the wrong length, a history token
+// outside the vocabulary, or when no token has a finite logit
+// (ErrNoCandidates).
+func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
+	if len(logits) != s.vocab {
+		return 0, fmt.Errorf("sample: logits have %d entries, want the vocabulary size %d", len(logits), s.vocab)
+	}
+	l := logits
+	if s.work != nil {
+		copy(s.work, logits)
+		l = s.work
+		for i, id := range s.biasIDs {
+			l[id] += s.biasVal[i]
+		}
+		if s.penalize {
+			if err := s.applyPenalties(l, s.recent(history)); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if s.p.Temperature == 0 {
+		id := argmax(l)
+		if id < 0 {
+			return 0, ErrNoCandidates
+		}
+		return id, nil
+	}
+	c := s.truncate(l)
+	if len(c) == 0 {
+		return 0, ErrNoCandidates
+	}
+	return draw(c, s.rng.Float64()), nil
+}
+
+// truncate runs stages 4 to 8 on l, the logits after bias and penalties,
+// and returns the candidates left, with unnormalised probabilities.
+func (s *Sampler) truncate(l []float32) []cand {
+	invT := 1 / float64(s.p.Temperature)
+	var h *massHist
+	if s.p.TopP < 1 {
+		h = s.hist
+		clear(h[:])
+	}
+	var c []cand
+	var total float64
+	if s.p.TopK > 0 {
+		c = topK(l, s.p.TopK, s.cands[:0])
+		if len(c) == 0 {
+			return nil
+		}
+		c, total = softmaxCands(c, invT, h)
+	} else {
+		id := argmax(l)
+		if id < 0 {
+			return nil
+		}
+		c, total = softmaxLogits(l, l[id], invT, s.cands[:0], h)
+	}
+
+	// Top-p and min-p each keep a prefix of the candidates ranked by
+	// probability, so keeping both is keeping the shorter prefix, in
+	// either order, provided top-p's target stays a share of the mass
+	// before min-p. One pass drops what is below min-p and what the
+	// histogram puts below top-p's boundary; the partition that ranks the
+	// rest then starts from the histogram's bound.
+	floor, pivot, target := s.p.MinP, float32(0), 0.0
+	if h != nil {
+		target = float64(s.p.TopP) * total
+		var lo float32
+		lo, pivot = nucleusBounds(h, target)
+		floor = max(floor, lo)
+	}
+	if floor > 0 {
+		c = keepAtLeast(c, floor)
+	}
+	if h != nil {
+		c = c[:nucleus(c, target, pivot)]
+	}
+	return c
+}
+
+// recent returns the part of history the penalties look at.
+func (s *Sampler) recent(history []int32) []int32 {
+	if s.window >= 0 && len(history) > s.window {
+		return history[len(history)-s.window:]
+	}
+	return history
+}
+
+// applyPenalties penalises, once per distinct token of win, the logit of
+// that token. counts is zero on entry and on return.
+func (s *Sampler) applyPenalties(l []float32, win []int32) error {
+	for i, t := range win {
+		if t < 0 || int(t) >= s.vocab {
+			for _, u := range win[:i] {
+				s.counts[u] = 0
+			}
+			return fmt.Errorf("sample: history token %d outside the vocabulary [0, %d)", t, s.vocab)
+		}
+		s.counts[t]++
+	}
+	r, pres, freq := s.p.RepeatPenalty, s.p.PresencePenalty, s.p.FrequencyPenalty
+	for _, t := range win {
+		n := s.counts[t]
+		if n == 0 {
+			continue // already penalised
+		}
+		s.counts[t] = 0
+		l[t] = penalize(l[t], n, r, pres, freq)
+	}
+	return nil
+}
+
+// penalize returns logit x of a token seen n > 0 times in the window.
+func penalize(x float32, n int32, repeat, presence, frequency float32) float32 {
+	if x > 0 {
+		x /= repeat
+	} else {
+		x *= repeat
+	}
+	return x - (presence + float32(n)*frequency)
+}
