@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -325,7 +326,8 @@ func scanHFRepo(l *Listing, dir, repo string) {
 		case !isCommitHash(c):
 			l.skip(SourceHuggingFace, repo, snap, "snapshot folder is not named by a commit hash")
 			continue
-		case contains(names, "main"):
+		case slices.Contains(names, "main"):
+			// The bare repo id already means main.
 		case len(names) > 0:
 			name += "@" + names[0]
 		default:
@@ -338,13 +340,4 @@ func scanHFRepo(l *Listing, dir, repo string) {
 		}
 		sn.list(l, name)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -33,6 +33,7 @@ func TestScan(t *testing.T) {
 	hf, ol := SourceHuggingFace, SourceOllama
 	want := []Entry{
 		{"Qwen/Qwen2.5-0.5B-Instruct", hf, tr.qwenMain, FormatSafetensors, 12},
+		{"Qwen/Qwen2.5-0.5B-Instruct@refs/pr/3", hf, tr.qwenPR, FormatSafetensors, 10},
 		{"Qwen/Qwen2.5-0.5B-Instruct@v1", hf, tr.qwenV1, FormatSafetensors, 11},
 		{"TheBloke/tiny-GGUF", hf, tr.tiny, FormatGGUF, 9},
 		{"bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", hf, tr.bartQ4, FormatGGUF, 7},

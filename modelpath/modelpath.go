@@ -132,8 +132,12 @@ func (s Stores) List() ([]Entry, error) {
 	return l.Entries, err
 }
 
-// Scan walks both stores. A root that does not exist holds nothing and is no
-// error; a root that exists but cannot be read is.
+// Scan walks both stores. A model that cannot be loaded as it stands (a ref
+// without its snapshot, a blob missing or of the wrong size, a manifest
+// without weights) is not an entry but a Skipped with the reason: List
+// drops those silently, weft list counts them and -v explains. A root that
+// does not exist holds nothing and is no error; a root that exists but
+// cannot be read is.
 func (s Stores) Scan() (Listing, error) {
 	var l Listing
 	var errs []error

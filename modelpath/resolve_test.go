@@ -11,7 +11,7 @@ import (
 // tree is the fake machine most tests share.
 type tree struct {
 	*fakeStores
-	qwenMain, qwenV1, gpt2                string // safetensors snapshot folders
+	qwenMain, qwenV1, qwenPR, gpt2        string // safetensors snapshot folders
 	bartQ4, bartQ8, tiny, tinyProj        string // .gguf files in the HF cache
 	splitQ4, splitQ8                      string
 	llamaLatest, llama1b, mine, hfco, qol string // ollama blobs
@@ -25,6 +25,9 @@ func newTree(t *testing.T) *tree {
 	})
 	tr.qwenV1 = f.hfSnapshot("Qwen/Qwen2.5-0.5B-Instruct", commit("qwen-v1"), []string{"v1"}, map[string]string{
 		"config.json": `{"model_type":"qwen2"}`, "model.safetensors": "weights-v1!",
+	})
+	tr.qwenPR = f.hfSnapshot("Qwen/Qwen2.5-0.5B-Instruct", commit("qwen-pr"), []string{"refs/pr/3"}, map[string]string{
+		"config.json": `{"model_type":"qwen2"}`, "model.safetensors": "weights-pr",
 	})
 	tr.gpt2 = f.hfSnapshot("gpt2", commit("gpt2"), []string{"main"}, map[string]string{
 		"config.json":                      `{}`,
@@ -71,6 +74,7 @@ func TestResolve(t *testing.T) {
 		{"Qwen/Qwen2.5-0.5B-Instruct@main", tr.qwenMain},
 		{"Qwen/Qwen2.5-0.5B-Instruct@v1", tr.qwenV1},
 		{"Qwen/Qwen2.5-0.5B-Instruct@" + commit("qwen-v1"), tr.qwenV1},
+		{"Qwen/Qwen2.5-0.5B-Instruct@refs/pr/3", tr.qwenPR},
 		{"gpt2", tr.gpt2},
 		// GGUF repos: tags, file names, case.
 		{"bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", tr.bartQ4},
