@@ -96,6 +96,15 @@ func TestTokenizerJSONVariants(t *testing.T) {
 		{"bytelevel", byteLevelJSON(`{"type": "ByteLevel", "add_prefix_space": false}`), "gpt-2", "hi<|endoftext|>", []int32{256, 257}},
 		{"llama3 split", byteLevelJSON(llama3Split), "llama3", "hi hi", []int32{256, ' ', 256}},
 		{"wordpiece", wordPieceJSON, "default", "Hello worlds!", []int32{2, 4, 5, 6, 7, 3}},
+		// Gemma: spaces become ▁ in the normalizer, no ▁ is prepended, and
+		// the Split on " " that follows has nothing left to split.
+		{"gemma", `{"added_tokens": [{"id": 1, "content": "<bos>", "special": true}],
+		 "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+		 "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false},
+		 "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<bos>"}}, {"Sequence": {"id": "A"}}],
+		  "special_tokens": {"<bos>": {"ids": [1]}}},
+		 "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+		  "vocab": {"<unk>": 0, "<bos>": 1, "a": 2, "▁": 3, "b": 4, "▁b": 5}, "merges": ["▁ b"]}}`, "default", "a b b", []int32{1, 2, 5, 5}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -140,6 +140,9 @@ func (p *hfPipeline) preTokenizer(raw json.RawMessage) error {
 			p.regexes = append(p.regexes, reGPT2)
 		}
 	case "Split":
+		if c.Pattern.String != nil && *c.Pattern.String == " " && p.spaceToMeta {
+			break // Gemma: the normalizer already turned every space into ▁, so there is nothing to split
+		}
 		if c.Pattern.Regex == nil || c.Behavior != "Isolated" || c.Invert {
 			return fmt.Errorf("pre-tokenizer Split: only a regex with behavior Isolated is supported")
 		}
