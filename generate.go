@@ -161,7 +161,8 @@ func (m *Model) GenerateTokens(ctx context.Context, ids []int32, opts ...Generat
 	return func(yield func(Token, error) bool) { m.run(ctx, append([]int32(nil), ids...), g, yield) }
 }
 
-// run is one generation on its own sequence slot.
+// run is one generation on its own sequence slot, decoded by the
+// scheduler together with every other live request.
 func (m *Model) run(ctx context.Context, ids []int32, g GenerateOptions, yield func(Token, error) bool) {
 	start := time.Now()
 	seq, release, err := m.acquire(ctx)
@@ -175,47 +176,40 @@ func (m *Model) run(ctx context.Context, ids []int32, g GenerateOptions, yield f
 		yield(Token{}, err)
 		return
 	}
-	logits := make([]float32, m.eng.Vocab())
-	if err := m.prefill(ctx, seq, st.ids, logits); err != nil {
-		yield(Token{}, err)
+	// The scheduler stops at the next step once this context ends, which
+	// is how a consumer that stops reading ends the generation.
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := &request{ctx: ctx, seq: seq, st: st, logits: make([]float32, m.eng.Vocab()), start: start, out: newQueue()}
+	select {
+	case m.sched.submit <- r:
+	case <-ctx.Done():
+		yield(Token{}, ctx.Err())
 		return
 	}
-	m.recordPrefill(len(st.ids), time.Since(start))
-	var first time.Time
+	var buf []item
+	stopped := false
 	for {
-		tok, err := st.next(logits)
-		if err != nil {
-			yield(Token{}, err)
-			return
-		}
-		if first.IsZero() {
-			first = time.Now()
-		}
-		if !tok.Done && seq.Pos() >= m.eng.Context() {
-			// The context is full: shift it, or stop.
-			if g.Overflow != OverflowShift {
-				tok = st.finish("length")
-			} else if err := m.shift(ctx, seq, st, logits); err != nil {
-				yield(Token{}, err)
-				return
+		items, done := r.out.pop(buf)
+		for _, it := range items {
+			if stopped {
+				continue
+			}
+			if err := parent.Err(); err != nil && it.err == nil {
+				// Cancelled: tokens the scheduler made meanwhile are
+				// dropped.
+				it = item{err: err}
+			}
+			if !yield(it.tok, it.err) || it.err != nil {
+				stopped = true
+				cancel()
 			}
 		}
-		if tok.Done {
-			m.recordGeneration(st.generated, start, first)
-			yield(tok, nil)
-			return
-		}
-		if !yield(tok, nil) {
-			m.recordGeneration(st.generated, start, first)
-			return
-		}
-		if err := ctx.Err(); err != nil {
-			m.recordGeneration(st.generated, start, first)
-			yield(Token{}, err)
-			return
-		}
-		if err := seq.ForwardInto([]int32{tok.ID}, false, logits); err != nil {
-			yield(Token{}, err)
+		buf = items
+		if done {
+			// The scheduler is finished with the sequence: the slot may
+			// be released.
 			return
 		}
 	}

@@ -96,6 +96,7 @@ type Model struct {
 	info Info
 
 	slots chan struct{} // one token per free sequence slot
+	sched *scheduler
 
 	mu       sync.Mutex
 	metrics  Metrics
@@ -167,6 +168,7 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 		return nil, err
 	}
 	m.info = buildInfo(m, resolved, be)
+	m.sched = startScheduler(m)
 	return m, nil
 }
 
@@ -234,7 +236,10 @@ func (m *Model) Close() error {
 	}
 	m.closed = true
 	m.mu.Unlock()
-	m.closeMu.Lock() // waits for running requests
+	if m.sched != nil {
+		m.sched.stop() // running requests end with ErrClosed
+	}
+	m.closeMu.Lock() // waits for them to return their slots
 	defer m.closeMu.Unlock()
 	err := m.eng.Close()
 	if werr := m.w.Close(); err == nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -274,5 +275,41 @@ func TestLoadErrorsAndClose(t *testing.T) {
 	}
 	if _, err := m.Classify(ctx, []string{"x"}); !errors.Is(err, ErrClosed) {
 		t.Errorf("classify after close: %v", err)
+	}
+}
+
+// TestConcurrentGenerate: requests running at once are decoded together
+// (continuous batching) and each gets what it gets alone.
+func TestConcurrentGenerate(t *testing.T) {
+	m := loadStories(t, WithParallel(4))
+	ctx := context.Background()
+	prompts := []string{"Once upon a time", "The little dog", "Lily saw a bird", "Tom was sad", "The sun", "A big red ball"}
+	alone := make([]string, len(prompts))
+	for i, p := range prompts {
+		alone[i], _, _ = collect(t, m.Generate(ctx, p, WithTemperature(0), WithMaxTokens(25)))
+	}
+	got := make([]string, len(prompts))
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var sb strings.Builder
+			for tok, err := range m.Generate(ctx, p, WithTemperature(0), WithMaxTokens(25)) {
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				sb.WriteString(tok.Text)
+			}
+			got[i] = sb.String()
+		}()
+	}
+	wg.Wait()
+	for i := range prompts {
+		if errs[i] != nil || got[i] != alone[i] {
+			t.Errorf("prompt %d: concurrent %q (%v), alone %q", i, got[i], errs[i], alone[i])
+		}
 	}
 }
