@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftlm/weft/backend/cpu"
 	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/modelpath"
 	"github.com/weftlm/weft/tokenizer"
 	"github.com/weftlm/weft/weights"
 )
@@ -38,7 +39,11 @@ func openModel(path string, threads, ctx, batch int) (*loadedModel, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: -m MODEL is required", errUsage)
 	}
-	w, err := weights.Open(path, weights.Options{})
+	resolved, err := modelpath.Resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := weights.Open(resolved, weights.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +188,11 @@ func runPerplexity(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		tok, err := tokenizer.Load(*model)
+		resolved, err := modelpath.Resolve(*model)
+		if err != nil {
+			return err
+		}
+		tok, err := tokenizer.Load(resolved)
 		if err != nil {
 			return err
 		}

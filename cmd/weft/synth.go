@@ -8,6 +8,7 @@ import (
 
 	"github.com/weftlm/weft/convert"
 	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/modelpath"
 	"github.com/weftlm/weft/synth"
 	"github.com/weftlm/weft/weights"
 )
@@ -107,7 +108,11 @@ func runConvert(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Usage()
 		return fmt.Errorf("%w: need one MODEL and -o", errUsage)
 	}
-	p, err := weights.Open(pos[0], weights.Options{})
+	resolved, err := modelpath.Resolve(pos[0])
+	if err != nil {
+		return err
+	}
+	p, err := weights.Open(resolved, weights.Options{})
 	if err != nil {
 		return err
 	}
