@@ -1,0 +1,118 @@
+package cuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/quant"
+	"github.com/weftlm/weft/weights"
+)
+
+// progBuilder assembles small Programs by hand for the op tests: random
+// weights in any stored type, and inputs filled by embedding random
+// float32 tables so both backends start from identical activations.
+type progBuilder struct {
+	t   testing.TB
+	p   *backend.Program
+	rng *rand.Rand
+}
+
+func newProg(t testing.TB, seed uint64, maxRows, slots, context, vocab int) *progBuilder {
+	return &progBuilder{t: t, rng: rand.New(rand.NewPCG(seed, 7)),
+		p: &backend.Program{MaxRows: maxRows, Slots: slots, Context: context, Vocab: vocab}}
+}
+
+func (b *progBuilder) buf(cols int) backend.BufID {
+	b.p.Bufs = append(b.p.Bufs, cols)
+	return backend.BufID(len(b.p.Bufs) - 1)
+}
+
+func (b *progBuilder) randn(n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(b.rng.NormFloat64()) * scale
+	}
+	return v
+}
+
+// vec adds a float32 vector weight.
+func (b *progBuilder) vec(n int, mean, scale float32) backend.WeightID {
+	v := b.randn(n, scale)
+	for i := range v {
+		v[i] += mean
+	}
+	b.p.Weights = append(b.p.Weights, backend.Weight{Name: "vec", F32: v})
+	return backend.WeightID(len(b.p.Weights) - 1)
+}
+
+// mat adds a [rows, cols] matrix of random values stored as typ.
+func (b *progBuilder) mat(typ string, rows, cols int, scale float32) backend.WeightID {
+	gt, err := ggml.ParseType(typ)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	rb, err := gt.RowBytes(uint64(cols))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	data := make([]byte, rows*int(rb))
+	if err := quant.Quantize(gt, b.randn(rows*cols, scale), data); err != nil {
+		b.t.Fatal(err)
+	}
+	name := typ + "-matrix"
+	tensor := &weights.Tensor{Name: name, Type: typ, GGML: gt, HasGGML: true, Shape: []int64{int64(rows), int64(cols)}, Bytes: uint64(len(data))}
+	b.p.Weights = append(b.p.Weights, backend.Weight{Name: name, Tensor: tensor, Data: weights.Data{Bytes: data}})
+	return backend.WeightID(len(b.p.Weights) - 1)
+}
+
+// fill emits an embedding of a random float32 table into out, so out holds
+// random values chosen by the batch's tokens.
+func (b *progBuilder) fill(out backend.BufID, scale float32) {
+	w := b.mat("F32", b.p.Vocab, b.p.Bufs[out], scale)
+	b.op(backend.Op{Kind: backend.OpEmbed, Out: out, W: w})
+}
+
+func (b *progBuilder) op(op backend.Op) {
+	if op.Bias == 0 && op.Kind == backend.OpMatMul {
+		b.t.Fatal("set Bias (NoWeight for none)")
+	}
+	b.p.Ops = append(b.p.Ops, op)
+}
+
+func (b *progBuilder) rope(dim int, theta float64) int {
+	inv := make([]float64, dim/2)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(theta, float64(2*i)/float64(dim))
+	}
+	b.p.Ropes = append(b.p.Ropes, backend.RopeTable{InvFreq: inv})
+	return len(b.p.Ropes) - 1
+}
+
+func (b *progBuilder) cache(kvDim, capacity int) {
+	b.p.Caches = append(b.p.Caches, backend.Cache{Layer: len(b.p.Caches), KVDim: kvDim, Capacity: capacity})
+}
+
+// newGPU opens device 0, or skips the test when there is none. With
+// WEFT_CUDA_REQUIRE=1 a missing GPU fails the test instead, so a device
+// run cannot pass by skipping.
+func newGPU(t testing.TB) *Backend {
+	t.Helper()
+	be, err := New(0)
+	if err != nil {
+		if os.Getenv("WEFT_CUDA_REQUIRE") == "1" {
+			t.Fatalf("WEFT_CUDA_REQUIRE=1 but no GPU backend: %v", err)
+		}
+		t.Skipf("no CUDA device: %s", strings.SplitN(err.Error(), "\n", 2)[0])
+	}
+	t.Cleanup(func() {
+		if err := be.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return be
+}

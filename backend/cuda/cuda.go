@@ -1,0 +1,191 @@
+// Package cuda is the NVIDIA GPU backend: it runs a backend.Program with
+// float32 activations in device memory, one kernel launch per op,
+// multiplying by weights uploaded in their stored (possibly quantized)
+// type.
+//
+// Nothing is linked at build time. The driver API (libcuda.so.1) and NVRTC
+// (libnvrtc.so.13, or .12 under an older driver) are opened at run time
+// through purego, so weft builds with CGO_ENABLED=0 and runs on machines
+// without a GPU: there New returns an error saying what is missing and the
+// caller falls back to the CPU. The kernels are CUDA C embedded in the
+// binary (kernels.cu), compiled by NVRTC on first use for the device's
+// architecture and cached under os.UserCacheDir()/weft/cuda.
+//
+// Threads: a CUDA context is current per OS thread, and a goroutine may
+// move between threads. Every entry point that calls the driver (New,
+// Compile, Run, Close) locks its goroutine to its OS thread for the call
+// and makes the device's primary context current first, so any goroutine
+// may call them.
+//
+// Setting WEFT_CUDA_SYNC=1 synchronises after every kernel so that an
+// error names the op that caused it (slow; for debugging).
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"unsafe"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// Backend runs programs on one CUDA device.
+type Backend struct {
+	index  int
+	dev    int32
+	drv    *driverAPI
+	ctx    uintptr // the device's primary context
+	module uintptr
+	funcs  map[string]uintptr
+	target target
+	name   string // the device's name
+	closed bool
+}
+
+// kernelNames lists every kernel of kernels.cu the plan may launch.
+func kernelNames() []string {
+	names := []string{"rmsnorm", "rope", "store_kv", "attention", "add", "glu", "gather", "softcap"}
+	for _, suffix := range weightTypes {
+		names = append(names, "embed_"+suffix, "matmul_"+suffix)
+	}
+	return names
+}
+
+// New opens CUDA device number device (0 is the first), compiling or
+// loading the kernels for it. It fails, without side effects worth
+// undoing, when the driver or NVRTC is missing or too old or the device
+// does not exist.
+func New(device int) (*Backend, error) {
+	d, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	var count int32
+	if r := d.cuDeviceGetCount(&count); r != 0 {
+		return nil, fmt.Errorf("cuda: cuDeviceGetCount: %w", d.err(r))
+	}
+	if device < 0 || device >= int(count) {
+		return nil, fmt.Errorf("cuda: device %d does not exist (%d found)", device, count)
+	}
+	b := &Backend{index: device, drv: d}
+	if r := d.cuDeviceGet(&b.dev, int32(device)); r != 0 {
+		return nil, fmt.Errorf("cuda: cuDeviceGet(%d): %w", device, d.err(r))
+	}
+	var major, minor int32
+	if r := d.cuDeviceGetAttribute(&major, attrCCMajor, b.dev); r != 0 {
+		return nil, fmt.Errorf("cuda: device %d: compute capability: %w", device, d.err(r))
+	}
+	if r := d.cuDeviceGetAttribute(&minor, attrCCMinor, b.dev); r != 0 {
+		return nil, fmt.Errorf("cuda: device %d: compute capability: %w", device, d.err(r))
+	}
+	b.name = deviceName(d, b.dev)
+	n, err := loadNVRTC(d.version)
+	if err != nil {
+		return nil, err
+	}
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r := d.cuDevicePrimaryCtxRetain(&b.ctx, b.dev); r != 0 {
+		return nil, fmt.Errorf("cuda: device %d: cuDevicePrimaryCtxRetain: %w", device, d.err(r))
+	}
+	if err := b.load(n, int(major)*10+int(minor)); err != nil {
+		d.cuDevicePrimaryCtxRelease(b.dev)
+		return nil, fmt.Errorf("cuda: device %d (%s): %w", device, b.name, err)
+	}
+	return b, nil
+}
+
+// load makes the context current, loads the kernel module (compiling it if
+// the cache has none, or a stale one) and looks up every kernel.
+func (b *Backend) load(n *nvrtcAPI, arch int) error {
+	d := b.drv
+	if r := rawCall(d.ctxSetCurrent, b.ctx); r != 0 {
+		return fmt.Errorf("cuCtxSetCurrent: %w", d.err(r))
+	}
+	image, t, path, err := module(n, arch, d.version)
+	if err != nil {
+		return err
+	}
+	b.target = t
+	r := d.cuModuleLoadData(&b.module, unsafe.Pointer(&image[0]))
+	if r != 0 && path != "" {
+		// A cached module that no longer loads is rebuilt.
+		os.Remove(path)
+		if image, err = n.compile(kernelSource, t); err != nil {
+			return err
+		}
+		writeCache(path, image)
+		r = d.cuModuleLoadData(&b.module, unsafe.Pointer(&image[0]))
+	}
+	if r != 0 {
+		return fmt.Errorf("loading the kernels (%s): %w", t.option(), d.err(r))
+	}
+	b.funcs = map[string]uintptr{}
+	for _, name := range kernelNames() {
+		var f uintptr
+		if r := d.cuModuleGetFunction(&f, b.module, name); r != 0 {
+			d.cuModuleUnload(b.module)
+			return fmt.Errorf("kernel %s: %w", name, d.err(r))
+		}
+		b.funcs[name] = f
+	}
+	return nil
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return fmt.Sprintf("cuda:%d", b.index) }
+
+// DeviceName is the GPU's name as the driver reports it.
+func (b *Backend) DeviceName() string { return b.name }
+
+// Supports implements backend.Backend.
+func (b *Backend) Supports(weightType string) bool {
+	_, ok := weightTypes[weightType]
+	return ok
+}
+
+var errBackendClosed = errors.New("cuda: backend is closed")
+
+// Close implements backend.Backend: it unloads the kernels and releases the
+// context. Plans compiled by the backend must be closed first.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d := b.drv
+	var errs []error
+	if r := rawCall(d.ctxSetCurrent, b.ctx); r != 0 {
+		errs = append(errs, d.err(r))
+	} else if r := d.cuModuleUnload(b.module); r != 0 {
+		errs = append(errs, d.err(r))
+	}
+	if r := d.cuDevicePrimaryCtxRelease(b.dev); r != 0 {
+		errs = append(errs, d.err(r))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cuda: closing device %d: %w", b.index, err)
+	}
+	return nil
+}
+
+// current locks the calling goroutine to its thread and makes the
+// backend's context current on it; the caller must call
+// runtime.UnlockOSThread when done.
+func (b *Backend) current() error {
+	runtime.LockOSThread()
+	if b.closed {
+		return errBackendClosed
+	}
+	if r := rawCall(b.drv.ctxSetCurrent, b.ctx); r != 0 {
+		return fmt.Errorf("cuda: cuCtxSetCurrent: %w", b.drv.err(r))
+	}
+	return nil
+}
+
+var _ backend.Backend = (*Backend)(nil)

@@ -1,0 +1,251 @@
+package cuda
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// These tests need no GPU: the embedded source, the cache key, target
+// choice, library search, the plan's checks, and the errors New and
+// Devices give where the driver is missing.
+
+func TestKernelSourceDefinesEveryKernel(t *testing.T) {
+	if len(kernelSource) == 0 {
+		t.Fatal("kernels.cu is not embedded")
+	}
+	for _, name := range kernelNames() {
+		defs := []string{"void " + name + "(", "EMBED(" + name + ",", "MATMUL(" + name + ","}
+		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
+			t.Errorf("kernels.cu defines no kernel %s", name)
+		}
+	}
+}
+
+func TestCacheKey(t *testing.T) {
+	base := cacheKey("src", target{arch: 90, cubin: true}, 13000, 13000)
+	if base != cacheKey("src", target{arch: 90, cubin: true}, 13000, 13000) {
+		t.Fatal("cache key is not deterministic")
+	}
+	if !strings.HasPrefix(base, "sm_90-") || !strings.HasSuffix(base, ".cubin") {
+		t.Errorf("key %q: want sm_90-<hash>.cubin", base)
+	}
+	for _, tc := range []struct {
+		name string
+		key  string
+	}{
+		{"source", cacheKey("src2", target{arch: 90, cubin: true}, 13000, 13000)},
+		{"arch", cacheKey("src", target{arch: 89, cubin: true}, 13000, 13000)},
+		{"ptx", cacheKey("src", target{arch: 90}, 13000, 13000)},
+		{"driver", cacheKey("src", target{arch: 90, cubin: true}, 13010, 13000)},
+		{"nvrtc", cacheKey("src", target{arch: 90, cubin: true}, 13000, 12090)},
+	} {
+		if tc.key == base {
+			t.Errorf("changing the %s keeps the key %s", tc.name, base)
+		}
+	}
+	if k := cacheKey("src", target{arch: 90}, 13000, 13000); !strings.HasSuffix(k, ".ptx") {
+		t.Errorf("PTX key %q", k)
+	}
+}
+
+func TestChooseTarget(t *testing.T) {
+	supported := []int{75, 80, 86, 89, 90, 100, 120}
+	for _, tc := range []struct {
+		arch int
+		want target
+		err  bool
+	}{
+		{90, target{arch: 90, cubin: true}, false},
+		{87, target{arch: 86}, false},
+		{130, target{arch: 120}, false},
+		{70, target{}, true},
+	} {
+		got, err := chooseTarget(tc.arch, supported)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("sm_%d: got %+v, %v; want %+v (error %v)", tc.arch, got, err, tc.want, tc.err)
+		}
+	}
+	if o := (target{arch: 90, cubin: true}).option(); o != "--gpu-architecture=sm_90" {
+		t.Errorf("option %q", o)
+	}
+}
+
+func TestNVRTCNamesFollowTheDriver(t *testing.T) {
+	t.Setenv("WEFT_NVRTC", "")
+	for _, tc := range []struct {
+		major      int
+		want, not_ string
+	}{
+		{13, "libnvrtc.so.13", ""},
+		{12, "libnvrtc.so.12", "libnvrtc.so.13"},
+		{14, "libnvrtc.so.13", ""},
+	} {
+		names := strings.Join(nvrtcNames(tc.major), " ")
+		if !strings.Contains(names, tc.want) || (tc.not_ != "" && strings.Contains(names, tc.not_)) {
+			t.Errorf("driver %d: %s", tc.major, names)
+		}
+	}
+	t.Setenv("WEFT_NVRTC", "/opt/x/libnvrtc.so")
+	if n := nvrtcNames(13); n[0] != "/opt/x/libnvrtc.so" {
+		t.Errorf("WEFT_NVRTC is not tried first: %v", n)
+	}
+}
+
+func TestWriteCacheIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "k.cubin")
+	writeCache(path, []byte("image"))
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "image" {
+		t.Fatalf("read back %q, %v", b, err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("temporary files left behind: %v", entries)
+	}
+}
+
+// TestNoDriver checks that a machine without the driver gets an error, not
+// a crash, from every entry point.
+func TestNoDriver(t *testing.T) {
+	if _, err := loadDriver(); err == nil {
+		t.Skip("a CUDA driver is installed")
+	}
+	if b, err := New(0); err == nil || b != nil || !strings.HasPrefix(err.Error(), "cuda: ") {
+		t.Errorf("New: %v, %v", b, err)
+	}
+	if _, err := Devices(); err == nil || !strings.Contains(err.Error(), "libcuda.so.1") {
+		t.Errorf("Devices: %v", err)
+	}
+	if _, err := NVRTC(); err == nil {
+		t.Error("NVRTC without a driver gives no error")
+	}
+}
+
+// validProgram is a small program using every op.
+func validProgram(t *testing.T) *backend.Program {
+	b := newProg(t, 1, 4, 2, 32, 64)
+	x, xn, q, k, v, att, sel, logits := b.buf(64), b.buf(64), b.buf(64), b.buf(32), b.buf(32), b.buf(64), b.buf(64), b.buf(64)
+	b.cache(32, 32)
+	tab := b.rope(16, 10000)
+	b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("Q8_0", 64, 64, 1)})
+	b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(64, 1, 0.1), Eps: 1e-5, Group: 64})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: xn, W: b.mat("Q4_0", 64, 64, 1), Bias: b.vec(64, 0, 1)})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: xn, W: b.mat("F16", 32, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: v, A: xn, W: b.mat("BF16", 32, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpRope, A: q, Table: tab, NHeads: 4, HeadDim: 16, RopeDim: 16})
+	b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
+	b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: 4, NKV: 2, HeadDim: 16, Scale: 0.25})
+	b.op(backend.Op{Kind: backend.OpAdd, Out: x, A: x, B: att})
+	b.op(backend.Op{Kind: backend.OpGLU, Out: x, A: x, B: att, Act: backend.ActGELUTanh})
+	b.op(backend.Op{Kind: backend.OpGather, Out: sel, A: x, OnSelected: true})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: logits, A: sel, W: b.mat("F32", 64, 64, 1), Bias: backend.NoWeight, OnSelected: true})
+	b.op(backend.Op{Kind: backend.OpSoftcap, Out: logits, A: logits, Cap: 30, OnSelected: true})
+	b.p.Logits = logits
+	return b.p
+}
+
+func TestPlan(t *testing.T) {
+	calls, mats, err := plan(validProgram(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kernels []string
+	for _, c := range calls {
+		kernels = append(kernels, c.kernel)
+	}
+	want := []string{"embed_q8_0", "rmsnorm", "matmul_q4_0", "matmul_f16", "matmul_bf16", "rope", "store_kv", "attention", "add", "glu", "gather", "matmul_f32", "softcap"}
+	if !slices.Equal(kernels, want) {
+		t.Errorf("kernels %v, want %v", kernels, want)
+	}
+	if m := mats[0]; m.rows != 64 || m.cols != 64 || m.rowBytes != 2*34 {
+		t.Errorf("Q8_0 64x64 described as %+v", m)
+	}
+	if c := calls[2]; c.gridX != 8 || c.gridY != gridOne || c.block != 256 {
+		t.Errorf("matmul launch %+v", c)
+	}
+	if c := calls[10]; c.gridY != gridSelected {
+		t.Errorf("gather grid counts %v, want the selected rows", c.gridY)
+	}
+}
+
+func TestPlanRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(p *backend.Program)
+		want   string
+	}{
+		{"no rows", func(p *backend.Program) { p.MaxRows = 0 }, "program with 0 rows"},
+		{"logits width", func(p *backend.Program) { p.Vocab = 65 }, "logits buffer"},
+		{"buffer range", func(p *backend.Program) { p.Ops[1].A = 99 }, "buffer 99 out of range"},
+		{"weight range", func(p *backend.Program) { p.Ops[2].W = 99 }, "weight 99 out of range"},
+		{"norm group", func(p *backend.Program) { p.Ops[1].Group = 48 }, "groups of 48"},
+		{"matmul shape", func(p *backend.Program) { p.Ops[3].Out = 0 }, "maps 64 to 64"},
+		{"bias size", func(p *backend.Program) { p.Ops[3].Bias = p.Ops[2].Bias }, "64 values for 32 outputs"},
+		{"rope dim", func(p *backend.Program) { p.Ops[5].RopeDim = 8 }, "rope dim 8"},
+		{"kv layer", func(p *backend.Program) { p.Ops[6].Layer = 3 }, "layer 3"},
+		{"gqa", func(p *backend.Program) { p.Ops[7].NKV = 3 }, "(3 kv)"},
+		{"ring", func(p *backend.Program) { p.Caches[0].Capacity = 8; p.Ops[7].Window = 6 }, "ring cache of 8"},
+		{"activation", func(p *backend.Program) { p.Ops[9].Act = 7 }, "activation 7"},
+		{"softcap", func(p *backend.Program) { p.Ops[12].Cap = 0 }, "soft-cap 0"},
+		{"unsupported type", func(p *backend.Program) { p.Weights[2].Tensor.Type = "Q4_K" }, "type Q4_K is not supported"},
+		{"short data", func(p *backend.Program) { p.Weights[2].Data.Bytes = p.Weights[2].Data.Bytes[:10] }, "10 bytes"},
+		{"unknown op", func(p *backend.Program) { p.Ops[0].Kind = 99 }, "unsupported op"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := validProgram(t)
+			tc.mutate(p)
+			_, _, err := plan(p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSupports(t *testing.T) {
+	var b Backend
+	for typ, want := range map[string]bool{"F32": true, "F16": true, "BF16": true, "Q8_0": true, "Q4_0": true, "Q4_K": false, "MLX_Q4": false} {
+		if b.Supports(typ) != want {
+			t.Errorf("Supports(%s) = %v", typ, !want)
+		}
+	}
+}
+
+// TestNVRTCCompilesKernels compiles the kernels wherever NVRTC is
+// installed, GPU or not, for a few architectures and as PTX; a failure
+// carries NVRTC's full log.
+func TestNVRTCCompilesKernels(t *testing.T) {
+	n := &nvrtcAPI{}
+	if _, _, err := loadLib(nvrtcNames(13), n); err != nil {
+		if os.Getenv("WEFT_CUDA_REQUIRE") == "1" {
+			t.Fatalf("WEFT_CUDA_REQUIRE=1 but NVRTC is missing: %v", err)
+		}
+		t.Skipf("NVRTC not installed: %.200s", err)
+	}
+	archs, err := n.archs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NVRTC architectures %v", archs)
+	targets := []target{{arch: 80}}
+	for _, a := range []int{80, 90, archs[len(archs)-1]} {
+		if slices.Contains(archs, a) {
+			targets = append(targets, target{arch: a, cubin: true})
+		}
+	}
+	for _, tg := range targets {
+		image, err := n.compile(kernelSource, tg)
+		if err != nil {
+			t.Fatalf("%s: %v", tg.option(), err)
+		}
+		if len(image) < 1000 {
+			t.Errorf("%s: %d bytes of output", tg.option(), len(image))
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// cuResult is a CUresult.
+type cuResult int32
+
+// Device attributes (CUdevice_attribute) read by Devices.
+const (
+	attrMultiprocessors = 16
+	attrL2Bytes         = 38
+	attrCCMajor         = 75
+	attrCCMinor         = 76
+)
+
+// minDriver is the oldest driver API accepted: CUDA 12.0.
+const minDriver = 12000
+
+// driverAPI is the part of libcuda.so.1 weft calls. Fields are filled by
+// loadLib from their sym tags; every pointer argument points to Go memory
+// that lives for the call or to device memory.
+type driverAPI struct {
+	cuInit                    func(flags uint32) cuResult                             `sym:"cuInit"`
+	cuDriverGetVersion        func(v *int32) cuResult                                 `sym:"cuDriverGetVersion"`
+	cuDeviceGetCount          func(n *int32) cuResult                                 `sym:"cuDeviceGetCount"`
+	cuDeviceGet               func(dev *int32, ordinal int32) cuResult                `sym:"cuDeviceGet"`
+	cuDeviceGetName           func(name *byte, n int32, dev int32) cuResult           `sym:"cuDeviceGetName"`
+	cuDeviceGetAttribute      func(v *int32, attr int32, dev int32) cuResult          `sym:"cuDeviceGetAttribute"`
+	cuDeviceTotalMem          func(bytes *uint64, dev int32) cuResult                 `sym:"cuDeviceTotalMem_v2"`
+	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) cuResult                  `sym:"cuDevicePrimaryCtxRetain"`
+	cuDevicePrimaryCtxRelease func(dev int32) cuResult                                `sym:"cuDevicePrimaryCtxRelease_v2"`
+	cuCtxSynchronize          func() cuResult                                         `sym:"cuCtxSynchronize"`
+	cuMemGetInfo              func(free, total *uint64) cuResult                      `sym:"cuMemGetInfo_v2"`
+	cuMemAlloc                func(p *uint64, size uint64) cuResult                   `sym:"cuMemAlloc_v2"`
+	cuMemFree                 func(p uint64) cuResult                                 `sym:"cuMemFree_v2"`
+	cuMemsetD8                func(p uint64, v uint8, n uint64) cuResult              `sym:"cuMemsetD8_v2"`
+	cuModuleLoadData          func(mod *uintptr, image unsafe.Pointer) cuResult       `sym:"cuModuleLoadData"`
+	cuModuleUnload            func(mod uintptr) cuResult                              `sym:"cuModuleUnload"`
+	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) cuResult    `sym:"cuModuleGetFunction"`
+	cuGetErrorName            func(r cuResult, s **byte) cuResult                     `sym:"cuGetErrorName"`
+	cuGetErrorString          func(r cuResult, s **byte) cuResult                     `sym:"cuGetErrorString"`
+	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) cuResult `sym:"cuMemcpyHtoD_v2"`
+
+	// The calls a replay makes go through purego.SyscallN with arguments
+	// prepared at compile time, which does not allocate.
+	ctxSetCurrent uintptr `raw:"cuCtxSetCurrent"`
+	launchKernel  uintptr `raw:"cuLaunchKernel"`
+	memcpyHtoD    uintptr `raw:"cuMemcpyHtoD_v2"`
+	memcpyDtoH    uintptr `raw:"cuMemcpyDtoH_v2"`
+
+	version int // cuDriverGetVersion: 1000*major + 10*minor
+}
+
+// loadLib opens the first library of names that loads and binds every
+// field of api (a pointer to a struct) tagged sym (a typed purego
+// function) or raw (the symbol's address).
+func loadLib(names []string, api any) (uintptr, string, error) {
+	var lib uintptr
+	var name string
+	var errs []string
+	for _, n := range names {
+		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err == nil {
+			lib, name = h, n
+			break
+		}
+		errs = append(errs, err.Error())
+	}
+	if lib == 0 {
+		return 0, "", errors.New(strings.Join(errs, "; "))
+	}
+	v := reflect.ValueOf(api).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		sym, typed := f.Tag.Lookup("sym")
+		if !typed {
+			if sym = f.Tag.Get("raw"); sym == "" {
+				continue
+			}
+		}
+		addr, err := purego.Dlsym(lib, sym)
+		if err != nil || addr == 0 {
+			purego.Dlclose(lib)
+			return 0, "", fmt.Errorf("%s has no symbol %s (too old?)", name, sym)
+		}
+		field := v.Field(i)
+		if typed {
+			purego.RegisterFunc(reflect.NewAt(field.Type(), unsafe.Pointer(field.UnsafeAddr())).Interface(), addr)
+		} else {
+			reflect.NewAt(field.Type(), unsafe.Pointer(field.UnsafeAddr())).Elem().SetUint(uint64(addr))
+		}
+	}
+	return lib, name, nil
+}
+
+var (
+	driverOnce sync.Once
+	driver     *driverAPI
+	driverErr  error
+)
+
+// loadDriver loads libcuda.so.1 and initialises it, once per process.
+func loadDriver() (*driverAPI, error) {
+	driverOnce.Do(func() {
+		d := &driverAPI{}
+		if _, _, err := loadLib([]string{"libcuda.so.1", "libcuda.so"}, d); err != nil {
+			driverErr = fmt.Errorf("cuda: cannot load the NVIDIA driver library libcuda.so.1 (no NVIDIA driver installed?): %w", err)
+			return
+		}
+		if r := d.cuInit(0); r != 0 {
+			driverErr = fmt.Errorf("cuda: cuInit: %w", d.err(r))
+			return
+		}
+		var v int32
+		if r := d.cuDriverGetVersion(&v); r != 0 {
+			driverErr = fmt.Errorf("cuda: cuDriverGetVersion: %w", d.err(r))
+			return
+		}
+		d.version = int(v)
+		if d.version < minDriver {
+			driverErr = fmt.Errorf("cuda: the NVIDIA driver supports CUDA %s; weft needs %s or newer", versionString(d.version), versionString(minDriver))
+			return
+		}
+		driver = d
+	})
+	return driver, driverErr
+}
+
+// versionString spells a CUDA version number (12040) as "12.4".
+func versionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+
+// Error is a failed driver call.
+type Error struct {
+	Code cuResult
+	Name string // CUDA_ERROR_OUT_OF_MEMORY
+	Desc string
+}
+
+func (e *Error) Error() string {
+	if e.Desc != "" {
+		return fmt.Sprintf("%s (%d): %s", e.Name, e.Code, e.Desc)
+	}
+	return fmt.Sprintf("%s (%d)", e.Name, e.Code)
+}
+
+// err turns a CUresult into an *Error (nil for CUDA_SUCCESS).
+func (d *driverAPI) err(r cuResult) error {
+	if r == 0 {
+		return nil
+	}
+	e := &Error{Code: r, Name: "CUDA error"}
+	var s *byte
+	if d.cuGetErrorName(r, &s) == 0 {
+		e.Name = cString(s)
+	}
+	if d.cuGetErrorString(r, &s) == 0 {
+		e.Desc = cString(s)
+	}
+	return e
+}
+
+// cString copies a NUL-terminated C string.
+func cString(p *byte) string {
+	if p == nil {
+		return ""
+	}
+	n := 0
+	for *(*byte)(unsafe.Add(unsafe.Pointer(p), n)) != 0 {
+		n++
+	}
+	return string(unsafe.Slice(p, n))
+}
+
+// rawCall calls a C function whose arguments are plain integers, device
+// addresses or addresses of Go heap memory the caller keeps alive, and
+// returns its CUresult.
+func rawCall(fn uintptr, args ...uintptr) cuResult {
+	r, _, _ := purego.SyscallN(fn, args...)
+	return cuResult(int32(uint32(r)))
+}

@@ -1,0 +1,242 @@
+package cuda
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/weights"
+)
+
+// klDiv is KL(softmax(p) ‖ softmax(q)) in float64.
+func klDiv(p, q []float32) float64 {
+	lse := func(v []float32) float64 {
+		m := math.Inf(-1)
+		for _, x := range v {
+			m = max(m, float64(x))
+		}
+		var s float64
+		for _, x := range v {
+			s += math.Exp(float64(x) - m)
+		}
+		return m + math.Log(s)
+	}
+	lp, lq := lse(p), lse(q)
+	var kl float64
+	for i := range p {
+		a, b := float64(p[i])-lp, float64(q[i])-lq
+		kl += math.Exp(a) * (a - b)
+	}
+	if math.IsNaN(kl) {
+		return math.Inf(1)
+	}
+	return kl
+}
+
+func argmax(v []float32) int32 {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// modelPaths lists the fixtures the end-to-end test loads: the Hugging
+// Face directories and the Q8_0 and Q4_0 GGUFs.
+func modelPaths(t *testing.T) []string {
+	root := filepath.Join("..", "..", "testdata", "models")
+	var paths []string
+	for _, name := range []string{"llama3-tiny", "llama3-tiny-bf16", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny"} {
+		paths = append(paths, filepath.Join(root, name))
+	}
+	for _, pat := range []string{"*-Q8_0.gguf", "*-Q4_0.gguf"} {
+		m, _ := filepath.Glob(filepath.Join(root, "quant", pat))
+		paths = append(paths, m...)
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("fixture %s: %v", p, err)
+		}
+	}
+	return paths
+}
+
+// pair is one model loaded on both backends.
+type pair struct {
+	t        *testing.T
+	cpu, gpu *engine.Model
+	worst    float64
+}
+
+// compare checks every row of logits ([rows, vocab]) for KL < 1e-4.
+func (p *pair) compare(what string, want, got []float32) {
+	p.t.Helper()
+	v := p.cpu.Vocab()
+	for r := 0; r < len(want)/v; r++ {
+		kl := klDiv(want[r*v:(r+1)*v], got[r*v:(r+1)*v])
+		p.worst = max(p.worst, kl)
+		if kl > 1e-4 {
+			p.t.Fatalf("%s row %d: KL %.3g > 1e-4", what, r, kl)
+		}
+	}
+}
+
+// TestModelsAgainstCPU loads every fixture on both backends and compares
+// the logits of a prefill (in chunks), of greedy decoding, and of batched
+// decode steps over two sequences.
+func TestModelsAgainstCPU(t *testing.T) {
+	gpu := newGPU(t)
+	for i, path := range modelPaths(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			w, err := weights.Open(path, weights.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			opts := engine.Options{Context: 96, MaxBatch: 16, Slots: 2}
+			cm, err := engine.Load(w, cpu.New(2), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cm.Close()
+			gm, err := engine.Load(w, gpu, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gm.Close()
+			p := &pair{t: t, cpu: cm, gpu: gm}
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			prompt := func(n int) []int32 {
+				ids := make([]int32, n)
+				for j := range ids {
+					ids[j] = int32(rng.IntN(cm.Vocab()))
+				}
+				return ids
+			}
+			seqs := func() (c, g *engine.Sequence) {
+				c, err := cm.NewSequence()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g, err = gm.NewSequence(); err != nil {
+					t.Fatal(err)
+				}
+				return c, g
+			}
+			forward := func(what string, c, g *engine.Sequence, ids []int32, all bool) []float32 {
+				want, err := c.Forward(ids, all)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := g.Forward(ids, all)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.compare(what, want, got)
+				return want
+			}
+
+			c1, g1 := seqs()
+			logits := forward("prefill", c1, g1, prompt(37), true)
+			last := logits[len(logits)-cm.Vocab():]
+			for step := range 12 {
+				last = forward("decode "+string(rune('a'+step)), c1, g1, []int32{argmax(last)}, false)
+			}
+
+			c2, g2 := seqs()
+			forward("second prefill", c2, g2, prompt(5), false)
+			ids := []int32{1, 2}
+			v := cm.Vocab()
+			want, got := make([]float32, 2*v), make([]float32, 2*v)
+			for range 6 {
+				if err := cm.Step([]*engine.Sequence{c1, c2}, ids, want); err != nil {
+					t.Fatal(err)
+				}
+				if err := gm.Step([]*engine.Sequence{g1, g2}, ids, got); err != nil {
+					t.Fatal(err)
+				}
+				p.compare("batched step", want, got)
+				ids = []int32{argmax(want[:v]), argmax(want[v:])}
+			}
+			t.Logf("worst KL %.3g", p.worst)
+		})
+	}
+}
+
+// sharedFile finds a file of the shared test data: under $WEFT_SHARED
+// when set (the device machine, where ../shared does not exist), else in
+// the shared folder beside the repository.
+func sharedFile(t *testing.T, rel string) string {
+	t.Helper()
+	root := os.Getenv("WEFT_SHARED")
+	if root == "" {
+		root = filepath.Join("..", "..", "..", "shared")
+	}
+	p := filepath.Join(root, "testdata", rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("shared test data %s not available: %v", rel, err)
+	}
+	return p
+}
+
+// TestStoriesGreedy decodes 256 tokens greedily from BOS with the real
+// stories260K model on the GPU and compares with the ids llama2.c's run.c
+// produces.
+func TestStoriesGreedy(t *testing.T) {
+	var want struct {
+		IDs []int32 `json:"ids_including_bos"`
+	}
+	b, err := os.ReadFile(sharedFile(t, "llama2c-stories260K/DERIVED_greedy_ids_t0.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	model := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	gpu := newGPU(t)
+	w, err := weights.Open(model, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	m, err := engine.Load(w, gpu, engine.Options{Context: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seq, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := make([]float32, m.Vocab())
+	got := []int32{want.IDs[0]}
+	start := time.Now()
+	for len(got) < len(want.IDs) {
+		if err := seq.ForwardInto(got[len(got)-1:], false, logits); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, argmax(logits))
+	}
+	elapsed := time.Since(start)
+	for i := range want.IDs {
+		if got[i] != want.IDs[i] {
+			t.Fatalf("token %d is %d, want %d\n got %v\nwant %v", i, got[i], want.IDs[i], got[:i+1], want.IDs[:i+1])
+		}
+	}
+	one := got[len(got)-1:]
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := seq.ForwardInto(one, false, logits); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("%d tokens in %v (%.0f tok/s); %.0f allocations a step", len(got)-1, elapsed, float64(len(got)-1)/elapsed.Seconds(), allocs)
+}

@@ -1,0 +1,264 @@
+package cuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/backend/cpu"
+)
+
+// relErr is ‖a−b‖/‖b‖, or +Inf when a holds a NaN (an unwritten or
+// broken output).
+func relErr(a, b []float32) float64 {
+	var d, n float64
+	for i := range b {
+		if math.IsNaN(float64(a[i])) {
+			return math.Inf(1)
+		}
+		x := float64(a[i]) - float64(b[i])
+		d += x * x
+		n += float64(b[i]) * float64(b[i])
+	}
+	if n == 0 {
+		return math.Sqrt(d)
+	}
+	return math.Sqrt(d / n)
+}
+
+// batchGen plays sequences in the program's slots the way the engine
+// does: prefill chunks of one slot at consecutive positions, and batched
+// decode steps of one row per slot. A slot about to outgrow the context
+// starts over at 0.
+type batchGen struct {
+	rng      *rand.Rand
+	p        *backend.Program
+	pos      []int
+	selected bool // select a random subset of rows, not all
+}
+
+func (g *batchGen) next() *backend.Batch {
+	p := g.p
+	b := &backend.Batch{}
+	add := func(slot int) {
+		if g.pos[slot] >= p.Context {
+			g.pos[slot] = 0
+		}
+		b.Tokens = append(b.Tokens, int32(g.rng.IntN(p.Vocab)))
+		b.Pos = append(b.Pos, int32(g.pos[slot]))
+		b.Slots = append(b.Slots, int32(slot))
+		g.pos[slot]++
+	}
+	if g.rng.IntN(2) == 0 {
+		slot := g.rng.IntN(p.Slots)
+		if g.pos[slot]+p.MaxRows > p.Context {
+			g.pos[slot] = 0
+		}
+		for range 1 + g.rng.IntN(p.MaxRows) {
+			add(slot)
+		}
+	} else {
+		for s := range min(p.Slots, p.MaxRows) {
+			add(s)
+		}
+	}
+	for r := range b.Tokens {
+		if !g.selected || g.rng.IntN(2) == 0 || (r == len(b.Tokens)-1 && len(b.Selected) == 0) {
+			b.Selected = append(b.Selected, int32(r))
+		}
+	}
+	return b
+}
+
+// compareWithCPU runs p on the CPU backend and on gpu for steps batches
+// and fails when any batch's outputs differ by more than tol.
+func compareWithCPU(t *testing.T, gpu *Backend, p *backend.Program, steps int, selected bool, tol float64) {
+	t.Helper()
+	ce, err := cpu.New(2).Compile(p)
+	if err != nil {
+		t.Fatalf("cpu: %v", err)
+	}
+	defer ce.Close()
+	ge, err := gpu.Compile(p)
+	if err != nil {
+		t.Fatalf("gpu: %v", err)
+	}
+	defer func() {
+		if err := ge.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	g := &batchGen{rng: rand.New(rand.NewPCG(uint64(steps), 3)), p: p, pos: make([]int, p.Slots), selected: selected}
+	worst := 0.0
+	for step := range steps {
+		b := g.next()
+		want := make([]float32, len(b.Selected)*p.Vocab)
+		got := make([]float32, len(want))
+		for i := range got {
+			got[i] = float32(math.NaN())
+		}
+		if err := ce.Run(b, want); err != nil {
+			t.Fatalf("step %d: cpu: %v", step, err)
+		}
+		if err := ge.Run(b, got); err != nil {
+			t.Fatalf("step %d: gpu: %v", step, err)
+		}
+		for s := range b.Selected {
+			row := s * p.Vocab
+			e := relErr(got[row:row+p.Vocab], want[row:row+p.Vocab])
+			worst = max(worst, e)
+			if e > tol {
+				t.Fatalf("step %d (rows %d, positions %v, slots %v) selected row %d: relative error %.3g > %.g\n got %v\nwant %v",
+					step, len(b.Tokens), b.Pos, b.Slots, b.Selected[s], e, tol, got[row:row+min(8, p.Vocab)], want[row:row+min(8, p.Vocab)])
+			}
+		}
+	}
+	t.Logf("worst relative error %.3g over %d batches", worst, steps)
+}
+
+type opCase struct {
+	name                    string
+	maxRows, slots, context int
+	vocab                   int // columns of the output buffer
+	build                   func(b *progBuilder, out backend.BufID)
+	selected                bool
+	tol                     float64
+}
+
+func opCases() []opCase {
+	var cases []opCase
+	for _, typ := range []string{"F32", "F16", "BF16", "Q8_0", "Q4_0"} {
+		cols := 67
+		if typ == "Q8_0" || typ == "Q4_0" {
+			cols = 96
+		}
+		cases = append(cases, opCase{name: "embed/" + typ, maxRows: 5, slots: 1, context: 64, vocab: cols, tol: 1e-7,
+			build: func(b *progBuilder, out backend.BufID) {
+				b.op(backend.Op{Kind: backend.OpEmbed, Out: out, W: b.mat(typ, cols, cols, 1), Scale: 1.7})
+			}})
+		cases = append(cases, opCase{name: "matmul/" + typ, maxRows: 7, slots: 1, context: 64, vocab: 45, tol: 1e-5,
+			build: func(b *progBuilder, out backend.BufID) {
+				a := b.buf(cols)
+				b.fill(a, 1)
+				bias := backend.NoWeight
+				if typ == "Q4_0" || typ == "F32" {
+					bias = b.vec(45, 0, 1)
+				}
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: b.mat(typ, 45, cols, 0.5), Bias: bias})
+			}})
+	}
+	cases = append(cases,
+		opCase{name: "matmul/selected", maxRows: 6, slots: 1, context: 64, vocab: 37, selected: true, tol: 1e-5,
+			build: func(b *progBuilder, out backend.BufID) {
+				x, sel := b.buf(64), b.buf(64)
+				b.fill(x, 1)
+				b.op(backend.Op{Kind: backend.OpGather, Out: sel, A: x, OnSelected: true})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: sel, W: b.mat("Q8_0", 37, 64, 1), Bias: backend.NoWeight, OnSelected: true})
+			}},
+		opCase{name: "rmsnorm/row", maxRows: 5, slots: 1, context: 64, vocab: 67, tol: 1e-6,
+			build: func(b *progBuilder, out backend.BufID) {
+				x := b.buf(67)
+				b.fill(x, 3)
+				b.op(backend.Op{Kind: backend.OpRMSNorm, Out: out, A: x, W: b.vec(67, 1, 0.2), Eps: 1e-6, Group: 67})
+			}},
+		opCase{name: "rmsnorm/groups-in-place", maxRows: 5, slots: 1, context: 64, vocab: 120, tol: 1e-6,
+			build: func(b *progBuilder, out backend.BufID) {
+				b.fill(out, 2)
+				b.op(backend.Op{Kind: backend.OpRMSNorm, Out: out, A: out, W: b.vec(24, 0, 1), Eps: 1e-5, Group: 24})
+			}},
+		opCase{name: "rmsnorm/selected", maxRows: 5, slots: 1, context: 64, vocab: 300, selected: true, tol: 1e-6,
+			build: func(b *progBuilder, out backend.BufID) {
+				x := b.buf(300)
+				b.fill(x, 2)
+				b.op(backend.Op{Kind: backend.OpGather, Out: out, A: x, OnSelected: true})
+				b.op(backend.Op{Kind: backend.OpRMSNorm, Out: out, A: out, W: b.vec(300, 1, 0.1), Eps: 1e-5, Group: 300, OnSelected: true})
+			}},
+		opCase{name: "add/in-place", maxRows: 5, slots: 1, context: 64, vocab: 67, tol: 1e-7,
+			build: func(b *progBuilder, out backend.BufID) {
+				y := b.buf(67)
+				b.fill(out, 1)
+				b.fill(y, 1)
+				b.op(backend.Op{Kind: backend.OpAdd, Out: out, A: out, B: y})
+			}},
+		opCase{name: "gather+softcap", maxRows: 6, slots: 1, context: 64, vocab: 67, selected: true, tol: 1e-6,
+			build: func(b *progBuilder, out backend.BufID) {
+				x := b.buf(67)
+				b.fill(x, 5)
+				b.op(backend.Op{Kind: backend.OpGather, Out: out, A: x, OnSelected: true})
+				b.op(backend.Op{Kind: backend.OpSoftcap, Out: out, A: out, Cap: 3, OnSelected: true})
+			}},
+	)
+	for act, name := range map[int]string{backend.ActSiLU: "silu", backend.ActGELUTanh: "gelu"} {
+		cases = append(cases, opCase{name: "glu/" + name, maxRows: 5, slots: 1, context: 64, vocab: 67, tol: 1e-6,
+			build: func(b *progBuilder, out backend.BufID) {
+				g, u := b.buf(67), b.buf(67)
+				b.fill(g, 3)
+				b.fill(u, 1)
+				b.op(backend.Op{Kind: backend.OpGLU, Out: out, A: g, B: u, Act: act})
+			}})
+	}
+	for _, rc := range []struct {
+		name                string
+		layout, hd, ropeDim int
+	}{{"interleaved", backend.RopeInterleaved, 20, 20}, {"neox", backend.RopeNeoX, 20, 20}, {"neox-partial", backend.RopeNeoX, 24, 8}, {"interleaved-partial", backend.RopeInterleaved, 24, 16}} {
+		cases = append(cases, opCase{name: "rope/" + rc.name, maxRows: 5, slots: 2, context: 64, vocab: 3 * rc.hd, tol: 1e-5,
+			build: func(b *progBuilder, out backend.BufID) {
+				b.fill(out, 1)
+				tab := b.rope(rc.ropeDim, 10000)
+				b.op(backend.Op{Kind: backend.OpRope, A: out, Table: tab, Layout: rc.layout, NHeads: 3, HeadDim: rc.hd, RopeDim: rc.ropeDim})
+			}})
+	}
+	for _, ac := range []struct {
+		name                  string
+		heads, kv, hd, window int
+		softcap               float32
+	}{{"full", 6, 2, 40, 0, 0}, {"mha-128", 2, 2, 128, 0, 0}, {"window-ring", 4, 1, 72, 5, 0}, {"softcap", 6, 3, 16, 0, 20}, {"window-softcap-256", 2, 1, 256, 9, 50}} {
+		const maxRows, slots, context = 6, 3, 40
+		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5,
+			build: func(b *progBuilder, out backend.BufID) {
+				q, k, v := b.buf(ac.heads*ac.hd), b.buf(ac.kv*ac.hd), b.buf(ac.kv*ac.hd)
+				b.fill(q, 1)
+				b.fill(k, 1)
+				b.fill(v, 1)
+				capacity := context
+				if ac.window > 0 {
+					capacity = ac.window + maxRows - 1
+				}
+				b.cache(ac.kv*ac.hd, capacity)
+				b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
+				b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: out, A: q, NHeads: ac.heads, NKV: ac.kv, HeadDim: ac.hd,
+					Scale: 1 / float32(math.Sqrt(float64(ac.hd))), Cap: ac.softcap, Window: ac.window})
+			}})
+	}
+	return cases
+}
+
+// TestOpsAgainstCPU runs every op, on random data of odd sizes, on both
+// backends.
+func TestOpsAgainstCPU(t *testing.T) {
+	gpu := newGPU(t)
+	for i, tc := range opCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newProg(t, uint64(i+1), tc.maxRows, tc.slots, tc.context, tc.vocab)
+			out := b.buf(tc.vocab)
+			b.p.Logits = out
+			tc.build(b, out)
+			compareWithCPU(t, gpu, b.p, 30, tc.selected, tc.tol)
+		})
+	}
+}
+
+// TestCompileRejects checks that a bad program is refused before any
+// device memory is taken, and that errors name the op.
+func TestCompileRejects(t *testing.T) {
+	gpu := newGPU(t)
+	p := validProgram(t)
+	p.Ops[7].NKV = 5
+	if _, err := gpu.Compile(p); err == nil {
+		t.Fatal("compiled attention with 4 heads over 5 kv heads")
+	} else if want := "op 7 (attention"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name %q", err, want)
+	}
+}

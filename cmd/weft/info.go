@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+
+	"github.com/weftlm/weft/backend/cuda"
+)
+
+func init() {
+	register(command{
+		name:    "info",
+		summary: "show the machine's compute devices: CPU threads and CUDA GPUs, or why none is usable",
+		run:     runInfo,
+	})
+}
+
+func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("info", stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage: weft info") }
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: info takes no arguments", errUsage)
+	}
+	fmt.Fprintf(stdout, "cpu: %d threads (%s/%s)\n", runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
+	devs, err := cuda.Devices()
+	for _, d := range devs {
+		fmt.Fprintf(stdout, "cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free), L2 %.0f MiB, driver CUDA %s\n",
+			d.Index, d.Name, d.Major, d.Minor, d.SMs, gibibytes(d.TotalBytes), gibibytes(d.FreeBytes), float64(d.L2Bytes)/(1<<20), d.Driver)
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stdout, "cuda: not usable: %v\n", err)
+		return nil
+	case len(devs) == 0:
+		fmt.Fprintln(stdout, "cuda: the driver is installed but reports no device")
+		return nil
+	}
+	if v, err := cuda.NVRTC(); err != nil {
+		fmt.Fprintf(stdout, "nvrtc: not usable, kernels cannot be compiled: %v\n", err)
+	} else {
+		fmt.Fprintf(stdout, "nvrtc: %s\n", v)
+	}
+	return nil
+}
+
+func gibibytes(n uint64) float64 { return float64(n) / (1 << 30) }
