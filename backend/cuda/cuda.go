@@ -102,7 +102,7 @@ func New(device int) (*Backend, error) {
 // the cache has none, or a stale one) and looks up every kernel.
 func (b *Backend) load(n *nvrtcAPI, arch int) error {
 	d := b.drv
-	if r := rawCall(d.ctxSetCurrent, b.ctx); r != 0 {
+	if r := d.cuCtxSetCurrent(b.ctx); r != 0 {
 		return fmt.Errorf("cuCtxSetCurrent: %w", d.err(r))
 	}
 	image, t, path, err := module(n, arch, d.version)
@@ -160,7 +160,7 @@ func (b *Backend) Close() error {
 	defer runtime.UnlockOSThread()
 	d := b.drv
 	var errs []error
-	if r := rawCall(d.ctxSetCurrent, b.ctx); r != 0 {
+	if r := d.cuCtxSetCurrent(b.ctx); r != 0 {
 		errs = append(errs, d.err(r))
 	} else if r := d.cuModuleUnload(b.module); r != 0 {
 		errs = append(errs, d.err(r))
@@ -182,7 +182,7 @@ func (b *Backend) current() error {
 	if b.closed {
 		return errBackendClosed
 	}
-	if r := rawCall(b.drv.ctxSetCurrent, b.ctx); r != 0 {
+	if r := b.drv.cuCtxSetCurrent(b.ctx); r != 0 {
 		return fmt.Errorf("cuda: cuCtxSetCurrent: %w", b.drv.err(r))
 	}
 	return nil

@@ -69,7 +69,7 @@ func deviceInfo(d *driverAPI, i int) (Device, error) {
 		return info, fmt.Errorf("cuDevicePrimaryCtxRetain: %w", d.err(r))
 	}
 	defer d.cuDevicePrimaryCtxRelease(dev)
-	if r := rawCall(d.ctxSetCurrent, ctx); r != 0 {
+	if r := d.cuCtxSetCurrent(ctx); r != 0 {
 		return info, fmt.Errorf("cuCtxSetCurrent: %w", d.err(r))
 	}
 	var total uint64

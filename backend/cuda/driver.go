@@ -38,6 +38,7 @@ type driverAPI struct {
 	cuDeviceTotalMem          func(bytes *uint64, dev int32) cuResult                 `sym:"cuDeviceTotalMem_v2"`
 	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) cuResult                  `sym:"cuDevicePrimaryCtxRetain"`
 	cuDevicePrimaryCtxRelease func(dev int32) cuResult                                `sym:"cuDevicePrimaryCtxRelease_v2"`
+	cuCtxSetCurrent           func(ctx uintptr) cuResult                              `sym:"cuCtxSetCurrent"`
 	cuCtxSynchronize          func() cuResult                                         `sym:"cuCtxSynchronize"`
 	cuMemGetInfo              func(free, total *uint64) cuResult                      `sym:"cuMemGetInfo_v2"`
 	cuMemAlloc                func(p *uint64, size uint64) cuResult                   `sym:"cuMemAlloc_v2"`
@@ -181,10 +182,17 @@ func cString(p *byte) string {
 	return string(unsafe.Slice(p, n))
 }
 
-// rawCall calls a C function whose arguments are plain integers, device
-// addresses or addresses of Go heap memory the caller keeps alive, and
+// callArgs holds the arguments of a raw call. purego.SyscallN keeps the
+// memory its arguments point to alive by moving each call's argument
+// slice to the heap; a slice of an array that already lives there (a field
+// of a heap object) costs no allocation, so a replay makes its calls
+// through one of these.
+type callArgs [11]uintptr
+
+// call calls fn with the first n arguments, which are integers, device
+// addresses, or addresses of Go heap memory the caller keeps alive, and
 // returns its CUresult.
-func rawCall(fn uintptr, args ...uintptr) cuResult {
-	r, _, _ := purego.SyscallN(fn, args...)
+func (c *callArgs) call(fn uintptr, n int) cuResult {
+	r, _, _ := purego.SyscallN(fn, c[:n]...)
 	return cuResult(int32(uint32(r)))
 }

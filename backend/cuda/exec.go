@@ -33,6 +33,7 @@ type exec struct {
 	args   []uint64
 	params []uintptr
 
+	sys       callArgs // arguments of the replay's driver calls
 	debugSync bool
 	closed    bool
 }
@@ -255,11 +256,16 @@ func (e *exec) Run(b *backend.Batch, logits []float32) error {
 	if len(logits) != len(b.Selected)*p.Vocab {
 		return fmt.Errorf("cuda: logits buffer of %d floats, want %d", len(logits), len(b.Selected)*p.Vocab)
 	}
+	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := e.be.current(); err != nil {
-		return err
+	d, c := e.be.drv, &e.sys
+	if e.be.closed {
+		return errBackendClosed
 	}
-	d := e.be.drv
+	c[0] = e.be.ctx
+	if r := c.call(d.ctxSetCurrent, 1); r != 0 {
+		return fmt.Errorf("cuda: cuCtxSetCurrent: %w", d.err(r))
+	}
 	rows, sel := len(b.Tokens), len(b.Selected)
 	h, m := e.host, p.MaxRows
 	h[metaRows], h[metaSelected] = int32(rows), int32(sel)
@@ -267,7 +273,8 @@ func (e *exec) Run(b *backend.Batch, logits []float32) error {
 	copy(h[metaArrays+fieldPos*m:], b.Pos)
 	copy(h[metaArrays+fieldSlots*m:], b.Slots)
 	copy(h[metaArrays+fieldSelected*m:], b.Selected)
-	if r := rawCall(d.memcpyHtoD, uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(4*len(h))); r != 0 {
+	c[0], c[1], c[2] = uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(4*len(h))
+	if r := c.call(d.memcpyHtoD, 3); r != 0 {
 		return fmt.Errorf("cuda: copying the batch: %w", d.err(r))
 	}
 	for i := range e.launches {
@@ -279,7 +286,8 @@ func (e *exec) Run(b *backend.Batch, logits []float32) error {
 		case gridSelected:
 			gy = uintptr(sel)
 		}
-		r := rawCall(d.launchKernel, l.fn, uintptr(l.gridX), gy, 1, uintptr(l.block), 1, 1, uintptr(l.shared), 0, l.params, 0)
+		*c = callArgs{l.fn, uintptr(l.gridX), gy, 1, uintptr(l.block), 1, 1, uintptr(l.shared), 0, l.params, 0}
+		r := c.call(d.launchKernel, 11)
 		if r == 0 && e.debugSync {
 			r = d.cuCtxSynchronize()
 		}
@@ -288,7 +296,8 @@ func (e *exec) Run(b *backend.Batch, logits []float32) error {
 			return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, d.err(r))
 		}
 	}
-	r := rawCall(d.memcpyDtoH, uintptr(unsafe.Pointer(&logits[0])), uintptr(e.bufs[p.Logits]), uintptr(4*len(logits)))
+	c[0], c[1], c[2] = uintptr(unsafe.Pointer(&logits[0])), uintptr(e.bufs[p.Logits]), uintptr(4*len(logits))
+	r := c.call(d.memcpyDtoH, 3)
 	runtime.KeepAlive(logits)
 	if r != 0 {
 		return fmt.Errorf("cuda: running the plan: %w", d.err(r))
