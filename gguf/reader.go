@@ -208,6 +208,9 @@ func (f *File) ReadTensor(t *TensorInfo, dst []byte) error {
 	if uint64(len(dst)) != t.Size {
 		return fmt.Errorf("gguf %s: tensor %q: buffer of %d bytes, want %d", f.Name, t.Name, len(dst), t.Size)
 	}
+	if t.Size == 0 {
+		return nil
+	}
 	start := f.DataOffset + int64(t.Offset)
 	if f.mapped != nil {
 		copy(dst, f.mapped[start:])
