@@ -22,11 +22,12 @@ import (
 // integer arithmetic is modulo 2⁶⁴. Each line is SplitMix64 — a Weyl
 // sequence through a bijective mixer — so h is the i-th output of the
 // stream keyed by skey, itself the step-th output of the stream keyed by
-// key. The integers and u are exact in any language; the logarithms are
+// key. The integers and u are exact in any language. The logarithms are
 // float64 library calls, which may differ in the last bit of the double
-// between libraries (Go's and CUDA's are both within 1 ulp), so g agrees
-// to the float32 bit except when a double lands that close to a float32
-// rounding boundary: about one value in 2²⁸.
+// (Go's and CUDA's are both within 1 ulp); rounding to float32 hides that
+// except when a double lands within an ulp of a float32 rounding boundary,
+// about one value in 2²⁸. On 6.3 million values Go, CUDA (PyTorch on an
+// H100) and glibc agreed to the bit: testdata/gumbel_cuda.py.
 
 const gamma = 0x9e3779b97f4a7c15
 

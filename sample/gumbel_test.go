@@ -1,8 +1,11 @@
 package sample
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -81,6 +84,53 @@ func TestSampleGumbel(t *testing.T) {
 	for step := range uint64(2000) {
 		if got, _ := SampleGumbel(l, 100, 3, step); got != 1 && got != 3 {
 			t.Fatalf("step %d drew token %d", step, got)
+		}
+	}
+}
+
+// TestGumbelMatchesCUDA compares GumbelNoise and SampleGumbel with what
+// PyTorch computed on an H100 (testdata/gumbel_cuda.py wrote the file):
+// noise bit for bit, and the tokens of 64 steps over 32,000 logits. The
+// same script found no difference between Go, CUDA and NumPy on 6.3
+// million values (3 seeds x 4 steps x 2^19 tokens).
+func TestGumbelMatchesCUDA(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "gumbel_cuda.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Noise []struct {
+			Seed, Step uint64
+			Bits       []uint32
+		}
+		Draws struct {
+			Vocab       int
+			Seed        uint64
+			Temperature float32
+			Tokens      []int32
+		}
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Noise) == 0 || len(f.Draws.Tokens) == 0 {
+		t.Fatal("gumbel_cuda.json holds no values")
+	}
+	for _, n := range f.Noise {
+		for i, want := range n.Bits {
+			if got := math.Float32bits(GumbelNoise(n.Seed, n.Step, i)); got != want {
+				t.Fatalf("GumbelNoise(%d, %d, %d) = %#x, CUDA %#x", n.Seed, n.Step, i, got, want)
+			}
+		}
+	}
+	l := make([]float32, f.Draws.Vocab)
+	for i := range l {
+		l[i] = float32(uint64(i)*2654435761%1000)/100 - 5
+	}
+	for step, want := range f.Draws.Tokens {
+		got, err := SampleGumbel(l, f.Draws.Temperature, f.Draws.Seed, uint64(step))
+		if err != nil || got != want {
+			t.Errorf("step %d: SampleGumbel = %d, %v; CUDA drew %d", step, got, err, want)
 		}
 	}
 }

@@ -11,8 +11,10 @@ type TokenLogProb struct {
 
 // LogSumExp returns log Σ exp(logits[i]) (the log of the softmax's
 // denominator), summed in float64 from the maximum so that nothing
-// overflows. NaN logits count as -Inf; the result is -Inf when every logit
-// is. The log-probability of token i is logits[i] - LogSumExp(logits).
+// overflows; terms below e^-104 of the largest, and the float32 rounding
+// of each term, change it by less than 1e-7 relative. NaN logits count as
+// -Inf; the result is -Inf when every logit is. The log-probability of
+// token i is logits[i] - LogSumExp(logits).
 func LogSumExp(logits []float32) float32 {
 	return float32(logSumExp(logits))
 }
@@ -29,14 +31,11 @@ func logSumExpFrom(logits []float32, mx float32) float64 {
 	if math.IsInf(float64(mx), 1) {
 		return math.Inf(1)
 	}
-	negInf := float32(math.Inf(-1))
-	m, sum := float64(mx), 0.0
+	sum := 0.0
 	for _, v := range logits {
-		if v > negInf {
-			sum += math.Exp(float64(v) - m)
-		}
+		sum += float64(prob(v, mx, 1))
 	}
-	return m + math.Log(sum)
+	return float64(mx) + math.Log(sum)
 }
 
 // LogSoftmax writes log softmax(logits) to dst, grown to len(logits) if its

@@ -97,7 +97,7 @@ type Params struct {
 	FrequencyPenalty float32
 	// PenaltyWindow is how many of the last tokens of the history the
 	// penalties look at: 0 means DefaultPenaltyWindow, -1 the whole
-	// history.
+	// history (at a cost per token that grows with it).
 	PenaltyWindow int
 	// LogitBias is added to the logits of the tokens it names before
 	// anything else. A bias must be finite or -Inf (which bans the token);
@@ -251,8 +251,10 @@ func (s *Sampler) Reset() { s.pcg.Seed(s.seed, pcgStream) }
 
 // Sample returns the next token for logits ([vocab] float32, left
 // unchanged) given the tokens so far (prompt and generated, oldest first;
-// the penalties read its last PenaltyWindow entries). NaN logits count as
-// -Inf. It fails only on a logits row of the wrong length, a history token
+// the penalties read its last PenaltyWindow entries). The Sampler keeps no
+// history of its own: the engine owns the sequence, so a sequence that is
+// truncated, restarted or forked needs nothing from the Sampler but the
+// tokens. NaN logits count as -Inf. It fails only on a logits row of the wrong length, a history token
 // outside the vocabulary, or when no token has a finite logit
 // (ErrNoCandidates).
 func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
@@ -279,16 +281,17 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 		}
 		return id, nil
 	}
-	c := s.truncate(l)
+	c, total := s.truncate(l)
 	if len(c) == 0 {
 		return 0, ErrNoCandidates
 	}
-	return draw(c, s.rng.Float64()), nil
+	return draw(c, total, s.rng.Float64()), nil
 }
 
 // truncate runs stages 4 to 8 on l, the logits after bias and penalties,
-// and returns the candidates left, with unnormalised probabilities.
-func (s *Sampler) truncate(l []float32) []cand {
+// and returns the candidates left, with unnormalised probabilities, and
+// their total.
+func (s *Sampler) truncate(l []float32) ([]cand, float64) {
 	invT := 1 / float64(s.p.Temperature)
 	var h *massHist
 	if s.p.TopP < 1 {
@@ -300,13 +303,13 @@ func (s *Sampler) truncate(l []float32) []cand {
 	if s.p.TopK > 0 {
 		c = topK(l, s.p.TopK, s.cands[:0])
 		if len(c) == 0 {
-			return nil
+			return nil, 0
 		}
 		c, total = softmaxCands(c, invT, h)
 	} else {
 		id := argmax(l)
 		if id < 0 {
-			return nil
+			return nil, 0
 		}
 		c, total = softmaxLogits(l, l[id], invT, s.cands[:0], h)
 	}
@@ -324,13 +327,16 @@ func (s *Sampler) truncate(l []float32) []cand {
 		lo, pivot = nucleusBounds(h, target)
 		floor = max(floor, lo)
 	}
-	if floor > 0 {
-		c = keepAtLeast(c, floor)
+	if floor > 0 || h != nil {
+		if floor > 0 {
+			c = keepAtLeast(c, floor)
+		}
+		if h != nil {
+			c = c[:nucleus(c, target, pivot)]
+		}
+		total = mass(c)
 	}
-	if h != nil {
-		c = c[:nucleus(c, target, pivot)]
-	}
-	return c
+	return c, total
 }
 
 // recent returns the part of history the penalties look at.

@@ -364,7 +364,7 @@ func TestDraw(t *testing.T) {
 		u    float64
 		want int32
 	}{{0, 7}, {0.2499, 7}, {0.25, 3}, {0.7499, 3}, {0.75, 9}, {0.9999999, 9}} {
-		if got := draw(c, tt.u); got != tt.want {
+		if got := draw(c, 4, tt.u); got != tt.want {
 			t.Errorf("draw(u=%v) = %d, want %d", tt.u, got, tt.want)
 		}
 	}

@@ -284,9 +284,11 @@ func sortDesc(c []cand) {
 }
 
 // draw picks a candidate with probability proportional to its value: the
-// first whose running mass exceeds u times the total, u in [0, 1).
-func draw(c []cand, u float64) int32 {
-	target := u * mass(c)
+// first whose running mass exceeds u times total, u in [0, 1), where
+// total is the mass of c summed in order (so the last candidate's running
+// mass is total, to the bit).
+func draw(c []cand, total, u float64) int32 {
+	target := u * total
 	acc := 0.0
 	for _, x := range c {
 		acc += float64(x.v)
