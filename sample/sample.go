@@ -254,9 +254,10 @@ func (s *Sampler) Reset() { s.pcg.Seed(s.seed, pcgStream) }
 // the penalties read its last PenaltyWindow entries). The Sampler keeps no
 // history of its own: the engine owns the sequence, so a sequence that is
 // truncated, restarted or forked needs nothing from the Sampler but the
-// tokens. NaN logits count as -Inf. It fails only on a logits row of the wrong length, a history token
-// outside the vocabulary, or when no token has a finite logit
-// (ErrNoCandidates).
+// tokens. NaN logits count as -Inf. It fails only on a logits row of the
+// wrong length, a token of the penalty window outside the vocabulary (the
+// history is read only when a penalty is set), or when no token has a
+// finite logit (ErrNoCandidates).
 func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	if len(logits) != s.vocab {
 		return 0, fmt.Errorf("sample: logits have %d entries, want the vocabulary size %d", len(logits), s.vocab)
