@@ -148,6 +148,9 @@ type Program struct {
 	// (Dim columns) once the non-head ops have run.
 	Hidden BufID
 	Dim    int
+	// Residual is the buffer carrying the hidden state from layer to
+	// layer: the only activation a layer-split placement hands over.
+	Residual BufID
 }
 
 // Batch is the per-step input: Rows tokens, each with its position and
@@ -225,4 +228,11 @@ type Exec interface {
 // slot, as they were stored (after RoPE), into dst ([n, KVDim]).
 type KeyReader interface {
 	ReadKeys(layer, slot, pos, n int, dst []float32) error
+}
+
+// RowWriter is implemented by executables whose buffers can be filled from
+// the host before a run: rows of buf from src ([rows, cols] row-major).
+// A layer-split placement uses it to hand the residual stream over.
+type RowWriter interface {
+	WriteRows(buf BufID, src []float32) error
 }

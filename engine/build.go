@@ -273,5 +273,6 @@ func buildProgram(p *weights.Provider, maxRows, slots, ctx int, progress func(do
 	b.prog.Ops = ops
 	b.prog.Logits = bf.logits
 	b.prog.Hidden, b.prog.Dim = bf.selN, cfg.Dim
+	b.prog.Residual = bf.x
 	return b.prog, nil
 }
