@@ -24,6 +24,8 @@ import (
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/backend/cuda"
+	"github.com/weftlm/weft/backend/split"
 	"github.com/weftlm/weft/chat"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/modelpath"
@@ -49,6 +51,7 @@ type loadOptions struct {
 	parallel    int
 	batch       int
 	memoryLimit int64
+	gpuLayers   int // -1: all (the default when a GPU backend is chosen)
 }
 
 // Option configures Load.
@@ -65,8 +68,15 @@ func WithThreads(n int) Option { return func(o *loadOptions) { o.threads = n } }
 // (default: a random seed per request).
 func WithDefaultSeed(seed uint64) Option { return func(o *loadOptions) { o.seed = seed } }
 
-// WithBackend chooses the compute backend: "cpu" (default) or "auto".
+// WithBackend chooses the compute backend: "cpu" (default), "cuda" (the
+// first NVIDIA GPU; an error when none can be used) or "auto" (CUDA when a
+// GPU can be used, else the CPU).
 func WithBackend(name string) Option { return func(o *loadOptions) { o.backend = name } }
+
+// WithGPULayers puts only the last n layers (and the output head) on the
+// GPU, the rest on the CPU; -1 (default) puts them all there. Only used
+// with the "cuda" and "auto" backends.
+func WithGPULayers(n int) Option { return func(o *loadOptions) { o.gpuLayers = n } }
 
 // WithMmap turns memory-mapping of the weights on (default) or off; off
 // reads them into memory.
@@ -112,7 +122,7 @@ var ErrClosed = errors.New("weft: model is closed")
 // directory, or a name found in the Hugging Face hub cache or the ollama
 // store — and prepares it to run.
 func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
-	o := loadOptions{backend: "cpu", parallel: 1}
+	o := loadOptions{backend: "cpu", parallel: 1, gpuLayers: -1}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -135,7 +145,7 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 		w.Close()
 		return nil, err
 	}
-	be, err := chooseBackend(o)
+	be, err := chooseBackend(o, w.Config.NLayers)
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -172,12 +182,31 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 	return m, nil
 }
 
-func chooseBackend(o loadOptions) (backend.Backend, error) {
+func chooseBackend(o loadOptions, nLayers int) (backend.Backend, error) {
 	switch o.backend {
-	case "", "cpu", "auto":
+	case "", "cpu":
+		return cpu.New(o.threads), nil
+	case "cuda", "auto":
+	default:
+		return nil, fmt.Errorf("weft: unknown backend %q (have: cpu, cuda, auto)", o.backend)
+	}
+	if o.gpuLayers == 0 {
 		return cpu.New(o.threads), nil
 	}
-	return nil, fmt.Errorf("weft: unknown backend %q (have: cpu, auto)", o.backend)
+	gpu, err := cuda.New(0)
+	if err != nil {
+		if o.backend == "auto" {
+			return cpu.New(o.threads), nil
+		}
+		return nil, fmt.Errorf("weft: %w", err)
+	}
+	if o.gpuLayers < 0 || o.gpuLayers >= nLayers {
+		return gpu, nil
+	}
+	return split.New([]split.Part{
+		{Backend: cpu.New(o.threads), FirstLayer: 0},
+		{Backend: gpu, FirstLayer: nLayers - o.gpuLayers},
+	})
 }
 
 var errNoTokenizer = errors.New("no tokenizer")

@@ -313,3 +313,22 @@ func TestConcurrentGenerate(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendChoice: "auto" falls back to the CPU where no GPU can be used;
+// "cuda" says why it cannot.
+func TestBackendChoice(t *testing.T) {
+	p := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	m, err := Load(context.Background(), p, WithBackend("auto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := m.Info().Backend != "cpu"
+	m.Close()
+	if gpu {
+		t.Skip("a GPU is present: nothing to fall back from")
+	}
+	_, err = Load(context.Background(), p, WithBackend("cuda"))
+	if err == nil || !strings.Contains(err.Error(), "cuda") {
+		t.Errorf("cuda without a GPU: %v", err)
+	}
+}

@@ -28,6 +28,8 @@ type genFlags struct {
 	seed          *uint64
 	ctx, threads  *int
 	verbose       *bool
+	backend       *string
+	gpuLayers     *int
 }
 
 func addGenFlags(fs *flag.FlagSet, defaultN int) *genFlags {
@@ -43,6 +45,8 @@ func addGenFlags(fs *flag.FlagSet, defaultN int) *genFlags {
 		ctx:           fs.Int("ctx", 0, "context length (0: the model's, capped at 4096)"),
 		threads:       fs.Int("threads", 0, "CPU threads (0: one per CPU)"),
 		verbose:       fs.Bool("verbose", false, "print loading and speed figures to stderr"),
+		backend:       fs.String("backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)"),
+		gpuLayers:     fs.Int("n-gpu-layers", -1, "with a GPU backend: put only the last N layers and the output on the GPU (-1: all)"),
 	}
 }
 
@@ -60,7 +64,7 @@ func (g *genFlags) load(ctx context.Context, stderr io.Writer) (*weft.Model, err
 	if *g.model == "" {
 		return nil, fmt.Errorf("%w: -m MODEL is required", errUsage)
 	}
-	opts := []weft.Option{weft.WithContext(*g.ctx), weft.WithThreads(*g.threads)}
+	opts := []weft.Option{weft.WithContext(*g.ctx), weft.WithThreads(*g.threads), weft.WithBackend(*g.backend), weft.WithGPULayers(*g.gpuLayers)}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts = append(opts, weft.WithProgress(progressBar(stderr)))
 	}
