@@ -23,6 +23,10 @@ type Part struct {
 // Backend is a placement over several backends.
 type Backend struct {
 	parts []Part
+	// Observe, when set before Compile, sees the residual stream
+	// ([rows, dim]) after every part but the last, with the first layer
+	// of the part that comes next — for per-layer comparisons (weft check).
+	Observe func(nextLayer int, x []float32)
 }
 
 // New returns a placement. Parts must start at layer 0 and ascend.
@@ -81,6 +85,8 @@ func (s *Backend) Close() error {
 
 type exec struct {
 	p        *backend.Program
+	firsts   []int // each part's first layer
+	observe  func(int, []float32)
 	parts    []backend.Exec
 	transfer []float32 // [MaxRows, Dim]: the residual stream between parts
 	all      []int32   // 0..MaxRows-1, to select every row
@@ -93,7 +99,7 @@ func (s *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	if s.parts[len(s.parts)-1].FirstLayer >= nLayers {
 		return nil, fmt.Errorf("split: the last part starts at layer %d of a %d-layer model", s.parts[len(s.parts)-1].FirstLayer, nLayers)
 	}
-	e := &exec{p: p, transfer: make([]float32, p.MaxRows*p.Bufs[p.Residual])}
+	e := &exec{p: p, transfer: make([]float32, p.MaxRows*p.Bufs[p.Residual]), observe: s.Observe}
 	for i := range p.MaxRows {
 		e.all = append(e.all, int32(i))
 	}
@@ -118,6 +124,7 @@ func (s *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 			return nil, fmt.Errorf("split: the %s backend cannot receive the residual stream", part.Backend.Name())
 		}
 		e.parts = append(e.parts, x)
+		e.firsts = append(e.firsts, lo)
 	}
 	return e, nil
 }
@@ -187,6 +194,9 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 	x := e.transfer[:rows*dim]
 	for i, part := range e.parts {
 		if i > 0 {
+			if e.observe != nil {
+				e.observe(e.firsts[i], x)
+			}
 			if err := part.(backend.RowWriter).WriteRows(e.p.Residual, x); err != nil {
 				return err
 			}

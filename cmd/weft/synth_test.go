@@ -35,3 +35,14 @@ func TestSynthAndConvert(t *testing.T) {
 		t.Errorf("bad type: exit %d, %s", code, stderr)
 	}
 }
+
+// TestCheckWithoutGPU: weft check says why it cannot run here.
+func TestCheckWithoutGPU(t *testing.T) {
+	_, stderr, code := runWeft(t, "check", "-m", filepath.Join("..", "..", "testdata", "models", "llama3-tiny"))
+	if code == 0 {
+		t.Skip("a GPU is present")
+	}
+	if !strings.Contains(stderr, "no GPU to check against") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
