@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/weftlm/weft/gguf"
 )
 
 func sharedFile(t testing.TB, rel string) string {
@@ -330,5 +332,75 @@ func TestBackendChoice(t *testing.T) {
 	_, err = Load(context.Background(), p, WithBackend("cuda"))
 	if err == nil || !strings.Contains(err.Error(), "cuda") {
 		t.Errorf("cuda without a GPU: %v", err)
+	}
+}
+
+// templateStories writes stories260K with a real chat template (Gemma 2's)
+// so Chat can run end to end.
+func templateStories(t *testing.T) string {
+	t.Helper()
+	tmpl, err := os.ReadFile(sharedFile(t, "hf-chat-templates/google-gemma-2-2b-it.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.OpenFile(sharedFile(t, "gguf-stories260K/stories260K.gguf"), gguf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := gguf.Rewrite(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Size = 0
+	w.SetKV("tokenizer.chat_template", gguf.String(string(tmpl)))
+	out := filepath.Join(t.TempDir(), "stories-chat.gguf")
+	o, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteTo(o); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	return out
+}
+
+func TestChatAndTokens(t *testing.T) {
+	ctx := context.Background()
+	m, err := Load(ctx, templateStories(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	msgs := []Message{{Role: "user", Content: "Tell me a story."}}
+	text, hasBOS, err := m.ChatPrompt(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<bos><start_of_turn>user\nTell me a story.<end_of_turn>\n<start_of_turn>model\n"
+	if text != strings.Replace(want, "<bos>", "<s>", 1) || !hasBOS {
+		t.Fatalf("rendered %q (BOS written: %v)", text, hasBOS)
+	}
+	// The template wrote BOS: the prompt holds exactly one.
+	ids := m.Tokenizer().Encode(text, false, true)
+	if ids[0] != m.Tokenizer().BOS() || ids[1] == m.Tokenizer().BOS() {
+		t.Fatalf("prompt ids start %v", ids[:3])
+	}
+	reply, gen, last := collect(t, m.Chat(ctx, msgs, WithTemperature(0), WithMaxTokens(20)))
+	if len(gen) == 0 || reply == "" || !last.Done {
+		t.Fatalf("chat reply %q, %d tokens", reply, len(gen))
+	}
+	// Chat is Generate from the rendered, special-parsed prompt.
+	again, _, _ := collect(t, m.GenerateTokens(ctx, ids, WithTemperature(0), WithMaxTokens(20)))
+	if again != reply {
+		t.Errorf("GenerateTokens %q, Chat %q", again, reply)
+	}
+	// A model without a template says so.
+	plain := loadStories(t)
+	for _, err := range plain.Chat(ctx, msgs) {
+		if !errors.Is(err, ErrNoChatTemplate) {
+			t.Errorf("chat without a template: %v", err)
+		}
 	}
 }
