@@ -42,6 +42,9 @@ func (s *Server) run(ctx context.Context, j job, start time.Time, rec *record, e
 		if err != nil {
 			return out, err
 		}
+		if s.pace != nil {
+			s.pace(ctx)
+		}
 		if rec.firstToken == 0 {
 			rec.firstToken = time.Since(start)
 		}

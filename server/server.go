@@ -64,6 +64,9 @@ type Server struct {
 	// compare responses byte for byte.
 	now   func() time.Time
 	newID func(prefix string) string
+	// pace, when set, runs before each token is handed on: tests hold a
+	// generation there to catch it in flight.
+	pace func(ctx context.Context)
 }
 
 // handler serves one route. It returns an error instead of writing one,
