@@ -129,7 +129,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w}
 	rec := &record{}
-	name, h, err := s.route(r)
+	name, h, err := s.route(rw, r)
 	if err == nil && strings.HasPrefix(r.URL.Path, "/v1/") && !s.authorized(r) {
 		err = errUnauthorized
 	}
@@ -156,8 +156,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // route finds the handler; name is the route for metrics ("other" when
-// none matches).
-func (s *Server) route(r *http.Request) (name string, h handler, err error) {
+// none matches). A wrong method gets 405 with the Allow header.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) (name string, h handler, err error) {
 	for _, rt := range s.routes {
 		if rt.path != r.URL.Path && !(strings.HasSuffix(rt.path, "/") && strings.HasPrefix(r.URL.Path, rt.path)) {
 			continue
@@ -171,6 +171,7 @@ func (s *Server) route(r *http.Request) (name string, h handler, err error) {
 				return rt.path, rt.h, nil
 			}
 		}
+		w.Header().Set("Allow", strings.Join(rt.methods, ", "))
 		return rt.path, nil, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: r.Method + " is not allowed on " + r.URL.Path + "; use " + strings.Join(rt.methods, ", ")}
 	}

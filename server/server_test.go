@@ -194,6 +194,9 @@ func TestErrors(t *testing.T) {
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
 			}
+			if tc.status == 405 && resp.Header.Get("Allow") == "" {
+				t.Error("405 without an Allow header")
+			}
 			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q", ct)
 			}
