@@ -39,7 +39,7 @@ func chatModelPath(t testing.TB) string {
 	root := testdata(t)
 	tmpl, err := os.ReadFile(filepath.Join(root, "hf-chat-templates", "google-gemma-2-2b-it.jinja"))
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("shared chat template not available: %v", err)
 	}
 	f, err := gguf.OpenFile(storiesPath(t), gguf.Options{})
 	if err != nil {
