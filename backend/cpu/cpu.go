@@ -55,9 +55,19 @@ type exec struct {
 	ropes []ropeState
 	ops   []step
 
-	// scratch per worker: a decoded weight row and attention scores.
+	// scratch per worker: a decoded weight row, attention scores, a
+	// partial tile's outputs.
 	rowScratch   [][]float32
 	scoreScratch [][]float32
+	tileScratch  [][]float32
+
+	isa     *isa
+	threads int
+	// acts holds matmul inputs converted to activation records, one
+	// buffer per (input buffer, layout), shared by the ops that read it.
+	acts map[actKey][]byte
+	// lastAct is, while compiling, the records the previous op left valid.
+	lastAct *actKey
 
 	// per-run state read by the op bodies
 	batch *backend.Batch
@@ -70,6 +80,7 @@ type step struct {
 	items func() int
 	grain int
 	body  func(lo, hi, worker int)
+	pre   *step // a step to run first (a matmul's input conversion)
 }
 
 type ropeState struct {
@@ -83,7 +94,7 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	if p.MaxRows <= 0 || p.Slots <= 0 {
 		return nil, fmt.Errorf("cpu: program with %d rows and %d slots", p.MaxRows, p.Slots)
 	}
-	e := &exec{p: p}
+	e := &exec{p: p, isa: best(), threads: b.threads, acts: map[actKey][]byte{}}
 	maxCols := 0
 	for _, c := range p.Bufs {
 		e.bufs = append(e.bufs, make([]float32, p.MaxRows*c))
@@ -111,12 +122,19 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	for range b.threads {
 		e.rowScratch = append(e.rowScratch, make([]float32, maxCols))
 		e.scoreScratch = append(e.scoreScratch, make([]float32, maxCap))
+		e.tileScratch = append(e.tileScratch, make([]float32, tileRows*e.isa.group))
 	}
 	for i := range p.Ops {
 		s, err := e.compileOp(&p.Ops[i])
+		if p.Ops[i].Kind != backend.OpMatMul {
+			e.lastAct = nil
+		}
 		if err != nil {
 			e.pool.close()
 			return nil, fmt.Errorf("cpu: op %d (%s, layer %d): %w", i, p.Ops[i].Kind, p.Ops[i].Layer, err)
+		}
+		if s.pre != nil {
+			e.ops = append(e.ops, *s.pre)
 		}
 		e.ops = append(e.ops, s)
 	}
@@ -272,7 +290,7 @@ func (e *exec) compileOp(op *backend.Op) (step, error) {
 		if bias != nil && (bias.f32 == nil || bias.cols != m.rows) {
 			return step{}, fmt.Errorf("bias %q has %d values for %d outputs", bias.name, bias.cols, m.rows)
 		}
-		return step{op: op, items: func() int { return m.rows }, grain: 8, body: e.matmulBody(op, m, bias)}, nil
+		return e.matmulStep(op, m, bias)
 	case backend.OpRope:
 		if err := bufOK(op.A); err != nil {
 			return step{}, err

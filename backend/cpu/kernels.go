@@ -69,7 +69,7 @@ func (e *exec) matmulBody(op *backend.Op, m *matrix, bias *matrix) func(lo, hi, 
 				bj = b[j]
 			}
 			for r := 0; r < n; r++ {
-				out[r*outCols+j] = dot(w, in[r*inCols:(r+1)*inCols]) + bj
+				out[r*outCols+j] = e.isa.dot(w, in[r*inCols:(r+1)*inCols]) + bj
 			}
 		}
 	}
@@ -130,7 +130,7 @@ func (e *exec) attentionBody(op *backend.Op) func(lo, hi, worker int) {
 			maxS := float32(math.Inf(-1))
 			for j := first; j <= pos; j++ {
 				at := base + (j%c.capacity)*c.kvDim + kvOff
-				s := dot(qh, c.k[at:at+hd]) * scale
+				s := e.isa.dot(qh, c.k[at:at+hd]) * scale
 				if softcap > 0 {
 					s = softcap * float32(math.Tanh(float64(s/softcap)))
 				}

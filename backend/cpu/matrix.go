@@ -19,6 +19,8 @@ type matrix struct {
 	rows, cols int
 	f32        []float32 // set when the elements are float32 (no decoding)
 	data       []byte    // stored bytes of all rows otherwise
+	raw        []byte    // stored bytes of all rows, whatever the type
+	pk         *packed   // the rows repacked for the matmul kernels
 	rowBytes   int
 	typ        ggml.Type
 	// MLX affine quantization: w = scale*q + bias per group.
@@ -62,6 +64,7 @@ func newMatrix(w *backend.Weight) (*matrix, error) {
 	if len(w.Data.Bytes) != m.rows*m.rowBytes {
 		return nil, fmt.Errorf("cpu: tensor %q: %d bytes, want %d for %s %v", w.Name, len(w.Data.Bytes), m.rows*m.rowBytes, t.Type, t.Shape)
 	}
+	m.raw = w.Data.Bytes
 	if t.GGML == ggml.F32 {
 		m.f32 = bytesToF32(w.Data.Bytes)
 		return m, nil
@@ -162,20 +165,11 @@ func (m *matrix) mlxRow(r int, src []byte, dst []float32) {
 	}
 }
 
-// dot returns the dot product of a and b (equal lengths). Four partial
-// sums keep the dependency chains short.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
+// format returns how the matrix is packed for the matmul kernels, or nil
+// when it takes the row-by-row path (MLX affine types, float32 vectors).
+func (m *matrix) format() *format {
+	if m.mlxBits != 0 || m.raw == nil {
+		return nil
 	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
+	return formats[m.typ]
 }

@@ -1,0 +1,62 @@
+package cpu
+
+// isa is the set of kernels for one instruction-set level. The best level
+// the CPU supports is chosen once, at start-up; tests run every level the
+// machine has against the portable one.
+type isa struct {
+	name string
+	// group is how many activation rows gemm multiplies a tile by at once.
+	group int
+	// signed8 stores offset-128 u8 levels as signed bytes (see packed).
+	signed8 bool
+	// gemm multiplies tiles of a packed weight by up to group activation
+	// rows (see gemmGo for the contract).
+	gemm func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int)
+	// quantize converts one float32 row into its activation records.
+	convert func(l actLayout, x []float32, dst []byte, c int)
+	// dot returns Σ a[i]·b[i].
+	dot func(a, b []float32) float32
+	// axpy adds s·x to y.
+	axpy func(s float32, x, y []float32)
+}
+
+var portable = &isa{
+	name:    "go",
+	group:   4,
+	gemm:    gemmGo,
+	convert: actLayout.convertRow,
+	dot:     dotGo,
+	axpy:    axpyGo,
+}
+
+// isas lists the levels this machine can run, best first; the portable
+// one is always last.
+var isas = []*isa{portable}
+
+// best is the level compiled plans use.
+func best() *isa { return isas[0] }
+
+// dotGo returns the dot product of a and b (equal lengths). Four partial
+// sums keep the dependency chains short.
+func dotGo(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func axpyGo(s float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += s * v
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/weights"
+)
+
+func init() {
+	register(command{name: "bench", summary: "measure prompt processing and generation speed (tok/s), like llama-bench", run: runBench})
+}
+
+// benchResult is one line of `weft bench --json`, named as llama-bench's
+// fields are but in weft's spelling.
+type benchResult struct {
+	Test       string    `json:"test"` // "pp512", "tg128"
+	TokPerSec  float64   `json:"tokens_per_second"`
+	Stddev     float64   `json:"stddev"`
+	Threads    int       `json:"threads"`
+	ModelBytes uint64    `json:"model_bytes"`
+	Samples    []float64 `json:"samples_tokens_per_second"`
+}
+
+// benchSpec is what one bench run measures.
+type benchSpec struct {
+	prompt, gen, repeats, threads, batch int
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench", stderr)
+	model := fs.String("m", "", "model: a GGUF file or a Hugging Face / MLX directory")
+	var s benchSpec
+	fs.IntVar(&s.prompt, "p", 512, "prompt tokens processed in one prefill (0: skip the pp test)")
+	fs.IntVar(&s.gen, "n", 128, "tokens generated one decode step at a time (0: skip the tg test)")
+	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
+	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
+	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
+	asJSON := fs.Bool("json", false, "print a JSON list instead of a table")
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *model == "":
+		return fmt.Errorf("%w: -m MODEL is required", errUsage)
+	case s.prompt < 0 || s.gen < 0 || s.prompt+s.gen == 0:
+		return fmt.Errorf("%w: -p %d -n %d: need a positive prompt or generation length", errUsage, s.prompt, s.gen)
+	case s.repeats < 1:
+		return fmt.Errorf("%w: -r %d: need at least one repetition", errUsage, s.repeats)
+	case s.threads < 1:
+		return fmt.Errorf("%w: --threads %d: need at least one", errUsage, s.threads)
+	case s.batch < 1:
+		return fmt.Errorf("%w: -b %d: need at least one", errUsage, s.batch)
+	}
+	results, err := bench(ctx, *model, s)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
+	}
+	fmt.Fprintf(stdout, "| %-28s | %10s | %7s | %7s | %18s |\n", "model", "size", "threads", "test", "t/s")
+	fmt.Fprintf(stdout, "|%s|%s|%s|%s|%s|\n", dashes(30), dashes(12), dashes(9), dashes(9), dashes(20))
+	for _, r := range results {
+		fmt.Fprintf(stdout, "| %-28s | %6.1f MiB | %7d | %7s | %8.2f ± %7.2f |\n",
+			filepath.Base(*model), float64(r.ModelBytes)/(1<<20), r.Threads, r.Test, r.TokPerSec, r.Stddev)
+	}
+	return nil
+}
+
+func dashes(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = '-'
+	}
+	return string(b)
+}
+
+// bench loads the model once and runs the pp and tg tests on random tokens
+// from a fixed seed, each test from an empty sequence and after an untimed
+// warm-up (a whole prefill; a few decode steps), as llama-bench does.
+func bench(ctx context.Context, path string, s benchSpec) ([]benchResult, error) {
+	w, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	var modelBytes uint64
+	for _, t := range w.Tensors() {
+		modelBytes += t.Bytes
+	}
+	positions := max(s.prompt, s.gen, 1)
+	if positions > w.Config.ContextLength {
+		return nil, fmt.Errorf("%s: %d positions exceed the model's context of %d", path, positions, w.Config.ContextLength)
+	}
+	m, err := engine.Load(w, cpu.New(s.threads), engine.Options{Context: positions, MaxBatch: min(s.batch, max(s.prompt, 1))})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	seq, err := m.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer seq.Close()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	token := func() int32 { return int32(rng.IntN(m.Vocab())) }
+	logits := make([]float32, m.Vocab())
+	prompt := make([]int32, s.prompt)
+	pp := func() error {
+		for i := range prompt {
+			prompt[i] = token()
+		}
+		if err := seq.Rewind(0); err != nil {
+			return err
+		}
+		return seq.ForwardInto(prompt, false, logits)
+	}
+	one := []int32{0}
+	tg := func(steps int) error {
+		if err := seq.Rewind(0); err != nil {
+			return err
+		}
+		for range steps {
+			one[0] = token()
+			if err := seq.ForwardInto(one, false, logits); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var out []benchResult
+	measure := func(name string, tokens int, warm, run func() error) error {
+		r := benchResult{Test: name, Threads: s.threads, ModelBytes: modelBytes}
+		if err := warm(); err != nil {
+			return err
+		}
+		for range s.repeats {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := time.Now()
+			if err := run(); err != nil {
+				return err
+			}
+			r.Samples = append(r.Samples, float64(tokens)/time.Since(start).Seconds())
+		}
+		r.TokPerSec, r.Stddev = meanStddev(r.Samples)
+		out = append(out, r)
+		return nil
+	}
+	if s.prompt > 0 {
+		if err := measure(fmt.Sprintf("pp%d", s.prompt), s.prompt, pp, pp); err != nil {
+			return nil, fmt.Errorf("%s: pp%d: %w", path, s.prompt, err)
+		}
+	}
+	if s.gen > 0 {
+		if err := measure(fmt.Sprintf("tg%d", s.gen), s.gen, func() error { return tg(min(s.gen, 4)) }, func() error { return tg(s.gen) }); err != nil {
+			return nil, fmt.Errorf("%s: tg%d: %w", path, s.gen, err)
+		}
+	}
+	return out, nil
+}
+
+// meanStddev returns the mean and the sample standard deviation (0 for a
+// single sample), as llama-bench reports them.
+func meanStddev(xs []float64) (mean, sd float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(ss / float64(len(xs)-1))
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestBenchCommand runs a tiny pp/tg benchmark on stories260K and checks
+// the JSON fields, the table form and the usage errors.
+func TestBenchCommand(t *testing.T) {
+	model := storiesPath(t)
+	stdout, stderr, code := runWeft(t, "bench", "-m", model, "-p", "16", "-n", "4", "-r", "2", "--threads", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res []benchResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v in %s", err, stdout)
+	}
+	st, err := os.Stat(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[0].Test != "pp16" || res[1].Test != "tg4" {
+		t.Fatalf("tests %+v, want pp16 and tg4", res)
+	}
+	for _, r := range res {
+		if !(r.TokPerSec > 0) || r.Stddev < 0 || r.Threads != 1 || len(r.Samples) != 2 {
+			t.Errorf("%+v", r)
+		}
+		// the tensors are most of the file but not all of it
+		if r.ModelBytes == 0 || r.ModelBytes > uint64(st.Size()) {
+			t.Errorf("%s: model_bytes %d for a file of %d", r.Test, r.ModelBytes, st.Size())
+		}
+	}
+
+	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-p", "0", "-n", "2", "-r", "1")
+	if code != 0 || !strings.Contains(stdout, "tg2") || strings.Contains(stdout, "pp") {
+		t.Fatalf("table: exit %d, %q %q", code, stdout, stderr)
+	}
+
+	for _, bad := range [][]string{
+		{"bench"},
+		{"bench", "-m", model, "-p", "0", "-n", "0"},
+		{"bench", "-m", model, "-r", "0"},
+		{"bench", "-m", model, "--threads", "0"},
+		{"bench", "-m", model, "-p", "100000"},
+		{"bench", "-m", "/nonexistent.gguf"},
+	} {
+		if _, stderr, code := runWeft(t, bad...); code == 0 || stderr == "" {
+			t.Errorf("%v: exit %d, stderr %q", bad, code, stderr)
+		}
+	}
+}
+
+func TestMeanStddev(t *testing.T) {
+	for _, c := range []struct {
+		xs       []float64
+		mean, sd float64
+	}{
+		{[]float64{5}, 5, 0},
+		{[]float64{1, 3}, 2, 1.4142135623730951},
+		{[]float64{2, 4, 4, 4, 5, 5, 7, 9}, 5, 2.138089935299395},
+	} {
+		m, s := meanStddev(c.xs)
+		if m != c.mean || s-c.sd > 1e-12 || c.sd-s > 1e-12 {
+			t.Errorf("%v: %g ± %g, want %g ± %g", c.xs, m, s, c.mean, c.sd)
+		}
+	}
+}
