@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
-
 )
 
 // tileRows is how many weight rows a tile interleaves: one 32-byte vector
