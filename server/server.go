@@ -1,10 +1,32 @@
-// Package server serves a weft model over HTTP with OpenAI's API: chat and
-// text completions, whole or streamed as server-sent events, embeddings
-// and the model list, plus a health check and Prometheus metrics.
+// Package server serves a weft model over HTTP with OpenAI's API:
+//
+//	POST /v1/chat/completions  chat through the model's template, whole or streamed
+//	POST /v1/completions       text completion of a prompt (or several, one after another)
+//	POST /v1/embeddings        mean-pooled final hidden states, unit length; float or base64
+//	GET  /v1/models[/{id}]     the one model
+//	GET  /health               200, or 503 while shutting down
+//	GET  /metrics              Prometheus text format
 //
 // Requests run concurrently up to the model's parallelism and are decoded
 // together, one token each per step, by the model's scheduler (continuous
 // batching); more wait in a bounded queue and the rest get 429.
+//
+// Streams are server-sent events as OpenAI writes them: "data: {json}"
+// and a blank line per chunk; a chat stream opens with the assistant's
+// role and closes with an empty delta carrying finish_reason, a
+// completion stream's last chunk carries finish_reason; with
+// stream_options.include_usage every chunk has "usage": null and a last
+// chunk with no choices carries the usage; then "data: [DONE]".
+//
+// Where OpenAI leaves room, this server chooses: temperature defaults to
+// 1 and a completion's max_tokens to 16, as OpenAI's do; seed 0 is a
+// fixed seed like any other; top_p 0 means the most probable token; text
+// content parts are joined with newlines, and role "developer" reads as
+// "system". It refuses, with a 400 naming the field, what it cannot do
+// faithfully: n or best_of above 1, echo, suffix, tools, non-text content
+// parts, and response_format json_object or json_schema (it cannot yet
+// constrain sampling to JSON). The model named in a request is not
+// checked: the server has one.
 package server
 
 import (
