@@ -196,10 +196,13 @@ func (m *Model) batchWave(ctx context.Context, seqs []*engine.Sequence, prompts 
 				return err
 			}
 			if !tok.Done && seqs[i].Pos() >= m.eng.Context() {
-				tok = streams[i].finish("length")
+				tok = streams[i].last(tok, "length")
 			}
 			c := &out[i]
 			c.Text += tok.Text
+			if tok.Sampled && tok.Done {
+				c.Tokens = append(c.Tokens, tok.ID)
+			}
 			if tok.Done {
 				c.FinishReason, c.Notices = tok.FinishReason, tok.Notices
 				m.recordGeneration(streams[i].generated, start, start)

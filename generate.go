@@ -17,6 +17,10 @@ import (
 // Done set, no ID, and FinishReason.
 type Token struct {
 	ID int32 `json:"id"`
+	// Sampled marks an item that carries a generated token (every item but
+	// the last does; the last does when a stop string or the full context
+	// ended the generation on a sampled token).
+	Sampled bool `json:"sampled,omitempty"`
 	// Text is the text this step releases: whole UTF-8 characters, never
 	// any part of a stop string. It may be empty (a character still
 	// incomplete, or text held back while it might begin a stop string),
@@ -332,7 +336,7 @@ func (st *stream) next(logits []float32) (Token, error) {
 	if err != nil {
 		return Token{}, err
 	}
-	tok := Token{ID: id}
+	tok := Token{ID: id, Sampled: true}
 	if st.g.Logprobs {
 		st.topBuf = sample.TopLogProbs(logits, st.g.TopN, st.topBuf[:0])
 		tok.Logprob = logprobOf(logits, id)
@@ -341,7 +345,7 @@ func (st *stream) next(logits []float32) (Token, error) {
 		}
 	}
 	if st.m.tok != nil && st.m.tok.IsEOG(id) {
-		return st.finish("stop"), nil
+		return st.finish("stop"), nil // the end-of-generation token is not emitted
 	}
 	st.generated++
 	st.context = append(st.context, id)
@@ -357,6 +361,15 @@ func (st *stream) next(logits []float32) (Token, error) {
 func (st *stream) finish(reason string) Token {
 	text, _ := st.stops.add(st.dec.Flush())
 	return Token{Text: text + st.stops.flush(), Done: true, FinishReason: reason, Notices: st.notices}
+}
+
+// last makes tok, just sampled, the final item: the context has no room
+// to feed it back.
+func (st *stream) last(tok Token, reason string) Token {
+	end := st.finish(reason)
+	end.ID, end.Sampled, end.Logprob, end.TopLogprobs = tok.ID, true, tok.Logprob, tok.TopLogprobs
+	end.Text = tok.Text + end.Text
+	return end
 }
 
 // logprobOf is log softmax(logits)[id], computed in float64.

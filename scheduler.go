@@ -176,7 +176,7 @@ func (s *scheduler) advance(r *request) (int32, bool) {
 	}
 	if !tok.Done && r.seq.Pos() >= m.eng.Context() {
 		if r.st.g.Overflow != OverflowShift {
-			tok = r.st.finish("length")
+			tok = r.st.last(tok, "length")
 		} else if err := m.shift(r.ctx, r.seq, r.st, r.logits); err != nil {
 			r.out.push(item{err: err}, true)
 			return 0, false

@@ -404,3 +404,23 @@ func TestChatAndTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestContextFullKeepsLastToken: when the context fills, the token sampled
+// from the last position is still emitted (it needs no room), and the
+// text is exactly the decoded ids.
+func TestContextFullKeepsLastToken(t *testing.T) {
+	m := loadStories(t, WithContext(16))
+	prompt, err := m.PromptTokens("Once upon a time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, ids, last := collect(t, m.Generate(context.Background(), "Once upon a time", WithTemperature(0)))
+	if last.FinishReason != "length" || !last.Sampled || len(ids)+1 != 16-len(prompt)+1 {
+		// ids holds the non-final items; the final one carries the last token.
+		t.Fatalf("%d tokens before the last, prompt %d, final %+v", len(ids), len(prompt), last)
+	}
+	all := append(ids, last.ID)
+	if want := m.Tokenizer().Decode(all); text != want {
+		t.Errorf("text %q, decoded ids %q", text, want)
+	}
+}

@@ -71,7 +71,8 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 	if maxBatch <= 0 {
 		maxBatch = 64
 	}
-	maxBatch = min(maxBatch, ctx)
+	// A batched decode step carries one row per live sequence.
+	maxBatch = min(max(maxBatch, slots), max(ctx, slots))
 	for _, t := range p.Tensors() {
 		if len(t.Shape) == 2 && !be.Supports(t.Type) {
 			return nil, fmt.Errorf("engine: %s: tensor %q has type %s, which the %s backend does not support", p.Path, t.Name, t.Type, be.Name())

@@ -28,11 +28,8 @@ type outcome struct {
 	logprobs  []weft.Token // the generated tokens, when logprobs were asked for
 }
 
-// generated tells whether tok stands for a generated token. Every item
-// but the last does; the last does only when a stop string ended the
-// generation on a sampled token (it then carries that token's id, where a
-// last item made by a limit or an end-of-generation token has id 0).
-func generated(tok weft.Token) bool { return !tok.Done || tok.ID != 0 }
+// generated tells whether tok stands for a generated token.
+func generated(tok weft.Token) bool { return tok.Sampled }
 
 // run generates for j, calling each for every item; an error from each
 // stops the generation. It holds a slot from the gate while it runs.
