@@ -1,9 +1,15 @@
 package cuda
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/weftlm/weft/arch"
 	"github.com/weftlm/weft/engine"
@@ -117,4 +123,150 @@ func BenchmarkPrefill(b *testing.B) {
 			b.ReportMetric(float64(b.N*len(prompt))/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
+}
+
+// TestSynthBenchModels writes the random-weight models the performance
+// notes measure, into $WEFT_BENCH_SYNTH: each Hugging Face config named in
+// $WEFT_BENCH_CONFIGS (name=path, comma-separated) at Q4_0, Q8_0 and
+// BF16, as name-TYPE.gguf, all at once (one goroutine a file).
+func TestSynthBenchModels(t *testing.T) {
+	dir, configs := os.Getenv("WEFT_BENCH_SYNTH"), os.Getenv("WEFT_BENCH_CONFIGS")
+	if dir == "" || configs == "" {
+		t.Skip("set WEFT_BENCH_SYNTH to a folder and WEFT_BENCH_CONFIGS to name=config.json,...")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for _, nc := range strings.Split(configs, ",") {
+		name, path, _ := strings.Cut(nc, "=")
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, d, err := weights.ParseHFConfig(raw, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range []ggml.Type{ggml.Q4_0, ggml.Q8_0, ggml.BF16} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := filepath.Join(dir, name+"-"+typ.String()+".gguf")
+				f, err := os.Create(out)
+				if err == nil {
+					err = synth.Write(f, c, d, synth.Options{Type: typ, Seed: 1, Name: name})
+					if cerr := f.Close(); err == nil {
+						err = cerr
+					}
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", out, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestBenchGGUF measures each GGUF in $WEFT_BENCH (comma-separated) the
+// way llama-bench does: a 512-token prompt in one batch (pp512) and 128
+// single-token decode steps from an empty cache (tg128), each after an
+// untimed warm-up, repeated; it prints the median and the spread, and the
+// weight bytes a decode step reads (the whole file but the embedding
+// table when the output matrix is separate).
+func TestBenchGGUF(t *testing.T) {
+	list := os.Getenv("WEFT_BENCH")
+	if list == "" {
+		t.Skip("set WEFT_BENCH to GGUF paths, comma-separated")
+	}
+	gpu := newGPU(t)
+	if name, err := gpu.CuBLAS(); err != nil {
+		fmt.Printf("bench: no cuBLAS: %v\n", err)
+	} else {
+		fmt.Printf("bench: cuBLAS %s\n", name)
+	}
+	const reps = 5
+	for _, path := range strings.Split(list, ",") {
+		w, err := weights.Open(path, weights.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total, embed uint64
+		separateOutput := false
+		for _, tn := range w.Tensors() {
+			total += tn.Bytes
+			switch tn.Name {
+			case arch.TokenEmbedding:
+				embed = tn.Bytes
+			case arch.Output:
+				separateOutput = true
+			}
+		}
+		perToken := total
+		if separateOutput {
+			perToken -= embed
+		}
+		start := time.Now()
+		m, err := engine.Load(w, gpu, engine.Options{Context: 1024, MaxBatch: 512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		load := time.Since(start)
+		seq, err := m.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		logits := make([]float32, m.Vocab())
+		prompt := make([]int32, 512)
+		pp := func() float64 {
+			for i := range prompt {
+				prompt[i] = int32(rng.IntN(m.Vocab()))
+			}
+			if err := seq.Rewind(0); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			if err := seq.ForwardInto(prompt, false, logits); err != nil {
+				t.Fatal(err)
+			}
+			return float64(len(prompt)) / time.Since(t0).Seconds()
+		}
+		one := []int32{0}
+		tg := func(n int) float64 {
+			if err := seq.Rewind(0); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			for range n {
+				one[0] = int32(rng.IntN(m.Vocab()))
+				if err := seq.ForwardInto(one, false, logits); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return float64(n) / time.Since(t0).Seconds()
+		}
+		pp()
+		tg(16)
+		var pps, tgs []float64
+		for range reps {
+			pps = append(pps, pp())
+			tgs = append(tgs, tg(128))
+		}
+		fmt.Printf("bench %s: %.2f GB read per token, load %.1fs, pp512 %s tok/s, tg128 %s tok/s\n",
+			filepath.Base(path), float64(perToken)/1e9, load.Seconds(), spread(pps), spread(tgs))
+		seq.Close()
+		m.Close()
+		w.Close()
+	}
+}
+
+// spread formats the median and the range of xs.
+func spread(xs []float64) string {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return fmt.Sprintf("%.1f [%.1f-%.1f]", s[len(s)/2], s[0], s[len(s)-1])
 }

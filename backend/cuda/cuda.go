@@ -1,7 +1,7 @@
 // Package cuda is the NVIDIA GPU backend: it runs a backend.Program with
-// float32 activations in device memory, one kernel launch per op,
-// multiplying by weights uploaded in their stored (possibly quantized)
-// type.
+// float32 activations in device memory, multiplying by weights uploaded
+// in their stored (possibly quantized) type. Decode steps replay a CUDA
+// graph of matrix-vector kernels; prefill uses cuBLAS where it loads.
 //
 // Nothing is linked at build time. The driver API (libcuda.so.1) and NVRTC
 // (libnvrtc.so.13, or .12 under an older driver) are opened at run time
@@ -9,7 +9,8 @@
 // without a GPU: there New returns an error saying what is missing and the
 // caller falls back to the CPU. The kernels are CUDA C embedded in the
 // binary (kernels.cu), compiled by NVRTC on first use for the device's
-// architecture and cached under os.UserCacheDir()/weft/cuda.
+// architecture and cached under os.UserCacheDir()/weft/cuda. cuBLAS
+// (libcublas), when it loads, takes the large matrix products of prefill.
 //
 // Threads: a CUDA context is current per OS thread, and a goroutine may
 // move between threads. Every entry point that calls the driver (New,
@@ -41,14 +42,24 @@ type Backend struct {
 	funcs  map[string]uintptr
 	target target
 	name   string // the device's name
+	sms    int    // multiprocessors
 	closed bool
+
+	// cuBLAS for large products, or nil with blasErr saying why not.
+	blas       *blasAPI
+	blasHandle uintptr
+	blasErr    error
 }
 
 // kernelNames lists every kernel of kernels.cu the plan may launch.
 func kernelNames() []string {
-	names := []string{"rmsnorm", "rope", "store_kv", "attention", "add", "glu", "gather", "softcap"}
+	names := []string{"rmsnorm", "rope", "store_kv", "attention", "attention_tiled_64", "attention_tiled_128", "add", "glu",
+		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "repack_q8_0", "repack_q4_0"}
 	for _, suffix := range weightTypes {
-		names = append(names, "embed_"+suffix, "matmul_"+suffix)
+		names = append(names, "embed_"+suffix, "matvec_"+suffix)
+		if suffix != "f32" && suffix != "f16" {
+			names = append(names, "deq_f16_"+suffix)
+		}
 	}
 	return names
 }
@@ -81,6 +92,11 @@ func New(device int) (*Backend, error) {
 		return nil, fmt.Errorf("cuda: device %d: compute capability: %w", device, d.err(r))
 	}
 	b.name = deviceName(d, b.dev)
+	var sms int32
+	if r := d.cuDeviceGetAttribute(&sms, attrMultiprocessors, b.dev); r != 0 {
+		return nil, fmt.Errorf("cuda: device %d: multiprocessors: %w", device, d.err(r))
+	}
+	b.sms = int(sms)
 	n, err := loadNVRTC(d.version)
 	if err != nil {
 		return nil, err
@@ -95,6 +111,7 @@ func New(device int) (*Backend, error) {
 		d.cuDevicePrimaryCtxRelease(b.dev)
 		return nil, fmt.Errorf("cuda: device %d (%s): %w", device, b.name, err)
 	}
+	b.blas, b.blasHandle, b.blasErr = newBLAS(d.version)
 	return b, nil
 }
 
@@ -141,6 +158,16 @@ func (b *Backend) Name() string { return fmt.Sprintf("cuda:%d", b.index) }
 // DeviceName is the GPU's name as the driver reports it.
 func (b *Backend) DeviceName() string { return b.name }
 
+// CuBLAS names the cuBLAS library large matrix products use, or says why
+// none is used (they then run on weft's own kernels).
+func (b *Backend) CuBLAS() (string, error) {
+	if b.blas == nil {
+		return "", b.blasErr
+	}
+	v := b.blas.version
+	return fmt.Sprintf("%s (%d.%d.%d)", b.blas.name, v/10000, v/100%100, v%100), nil
+}
+
 // Supports implements backend.Backend.
 func (b *Backend) Supports(weightType string) bool {
 	_, ok := weightTypes[weightType]
@@ -162,8 +189,15 @@ func (b *Backend) Close() error {
 	var errs []error
 	if r := d.cuCtxSetCurrent(b.ctx); r != 0 {
 		errs = append(errs, d.err(r))
-	} else if r := d.cuModuleUnload(b.module); r != 0 {
-		errs = append(errs, d.err(r))
+	} else {
+		if b.blas != nil {
+			if r := b.blas.cublasDestroy(b.blasHandle); r != 0 {
+				errs = append(errs, fmt.Errorf("cublasDestroy: status %d", r))
+			}
+		}
+		if r := d.cuModuleUnload(b.module); r != 0 {
+			errs = append(errs, d.err(r))
+		}
 	}
 	if r := d.cuDevicePrimaryCtxRelease(b.dev); r != 0 {
 		errs = append(errs, d.err(r))

@@ -19,7 +19,7 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 		t.Fatal("kernels.cu is not embedded")
 	}
 	for _, name := range kernelNames() {
-		defs := []string{"void " + name + "(", "EMBED(" + name + ",", "MATMUL(" + name + ","}
+		defs := []string{"void " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
@@ -151,26 +151,97 @@ func validProgram(t *testing.T) *backend.Program {
 }
 
 func TestPlan(t *testing.T) {
-	calls, mats, err := plan(validProgram(t))
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		gemm bool
+		want []string
+	}{
+		{false, []string{"embed_q8_0", "rmsnorm", "quantize_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
+			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+		{true, []string{"embed_q8_0", "rmsnorm", "quantize_q8", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
+			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
+			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+	} {
+		pl, err := plan(validProgram(t), planOptions{gemm: tc.gemm, sms: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kernels []string
+		for _, c := range pl.calls {
+			if c.gemm != nil {
+				kernels = append(kernels, "gemm")
+				if c.cond != large {
+					t.Errorf("gemm %+v runs on small batches", c.gemm)
+				}
+				continue
+			}
+			kernels = append(kernels, c.kernel)
+		}
+		if !slices.Equal(kernels, tc.want) {
+			t.Errorf("gemm=%v: kernels %v\nwant %v", tc.gemm, kernels, tc.want)
+		}
+		if m := pl.mats[0]; m.rows != 64 || m.cols != 64 || m.ggufRow != 2*34 || m.rowBytes != 64 || m.dOff != 64*64 {
+			t.Errorf("Q8_0 64x64 described as %+v", m)
+		}
+		if m := pl.mats[2]; m.rowBytes != 32 || m.dOff != 64*32 {
+			t.Errorf("Q4_0 64x64 described as %+v", m)
+		}
+		// 64 rows on 4 multiprocessors: 16 blocks of 4 rows.
+		if c := pl.calls[3]; c.gridX != 16 || c.gridY != gridOne || c.block != 128 {
+			t.Errorf("matvec launch %+v", c)
+		}
+		if pl.scratch[scratchQ8] != 4*64 || pl.scratch[scratchQ8DS] != 4*2*8 {
+			t.Errorf("scratch %v", pl.scratch)
+		}
+		if tc.gemm && pl.scratch[scratchW16] != 64*64*2 {
+			t.Errorf("f16 weight scratch %d bytes", pl.scratch[scratchW16])
+		}
 	}
-	var kernels []string
-	for _, c := range calls {
-		kernels = append(kernels, c.kernel)
-	}
-	want := []string{"embed_q8_0", "rmsnorm", "matmul_q4_0", "matmul_f16", "matmul_bf16", "rope", "store_kv", "attention", "add", "glu", "gather", "matmul_f32", "softcap"}
-	if !slices.Equal(kernels, want) {
-		t.Errorf("kernels %v, want %v", kernels, want)
-	}
-	if m := mats[0]; m.rows != 64 || m.cols != 64 || m.rowBytes != 2*34 {
-		t.Errorf("Q8_0 64x64 described as %+v", m)
-	}
-	if c := calls[2]; c.gridX != 8 || c.gridY != gridOne || c.block != 256 {
-		t.Errorf("matmul launch %+v", c)
-	}
-	if c := calls[10]; c.gridY != gridSelected {
-		t.Errorf("gather grid counts %v, want the selected rows", c.gridY)
+}
+
+// TestPlanFusesAndShares checks that products of one input quantize it
+// once, that a product followed by a residual add does the add itself on
+// the matrix-vector path, and that a write to the input forgets its
+// quantized copy.
+func TestPlanFusesAndShares(t *testing.T) {
+	b := newProg(t, 1, 4, 1, 32, 64)
+	x, xn, q, k, o, logits := b.buf(64), b.buf(64), b.buf(64), b.buf(32), b.buf(64), b.buf(64)
+	b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("F32", 64, 64, 1)})
+	b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(64, 1, 0.1), Eps: 1e-5, Group: 64})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: xn, W: b.mat("Q4_0", 64, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: xn, W: b.mat("Q8_0", 32, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: o, A: q, W: b.mat("Q4_0", 64, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpAdd, Out: x, A: x, B: o})
+	b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(64, 1, 0.1), Eps: 1e-5, Group: 64})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: logits, A: xn, W: b.mat("Q8_0", 64, 64, 1), Bias: backend.NoWeight})
+	b.p.Logits = logits
+	for _, gemm := range []bool{false, true} {
+		pl, err := plan(b.p, planOptions{gemm: gemm, sms: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var quantizes, adds []call
+		for _, c := range pl.calls {
+			switch c.kernel {
+			case "quantize_q8":
+				quantizes = append(quantizes, c)
+			case "add":
+				adds = append(adds, c)
+			case "matvec_q4_0":
+				if c.op == 4 && c.args[1] != buf(x) {
+					t.Errorf("gemm=%v: the output product adds to %+v, want buffer %d", gemm, c.args[1], x)
+				}
+			}
+		}
+		// xn for q and k, q for o, xn again after the norm rewrote it.
+		if len(quantizes) != 3 || quantizes[0].op != 2 || quantizes[1].op != 4 || quantizes[2].op != 7 {
+			t.Errorf("gemm=%v: quantizes at %+v", gemm, quantizes)
+		}
+		switch {
+		case !gemm && len(adds) != 0:
+			t.Errorf("the fused add still runs: %+v", adds)
+		case gemm && (len(adds) != 1 || adds[0].cond != large):
+			t.Errorf("with cuBLAS the add must run on large batches only: %+v", adds)
+		}
 	}
 }
 
@@ -200,7 +271,7 @@ func TestPlanRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validProgram(t)
 			tc.mutate(p)
-			_, _, err := plan(p)
+			_, err := plan(p, planOptions{gemm: true})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error containing %q", err, tc.want)
 			}
@@ -234,7 +305,7 @@ func TestNVRTCCompilesKernels(t *testing.T) {
 	}
 	t.Logf("NVRTC architectures %v", archs)
 	targets := []target{{arch: 80}}
-	for _, a := range []int{80, 90, archs[len(archs)-1]} {
+	for _, a := range slices.Compact([]int{90, archs[len(archs)-1]}) {
 		if slices.Contains(archs, a) {
 			targets = append(targets, target{arch: a, cubin: true})
 		}

@@ -29,27 +29,36 @@ const minDriver = 12000
 // loadLib from their sym tags; every pointer argument points to Go memory
 // that lives for the call or to device memory.
 type driverAPI struct {
-	cuInit                    func(flags uint32) cuResult                             `sym:"cuInit"`
-	cuDriverGetVersion        func(v *int32) cuResult                                 `sym:"cuDriverGetVersion"`
-	cuDeviceGetCount          func(n *int32) cuResult                                 `sym:"cuDeviceGetCount"`
-	cuDeviceGet               func(dev *int32, ordinal int32) cuResult                `sym:"cuDeviceGet"`
-	cuDeviceGetName           func(name *byte, n int32, dev int32) cuResult           `sym:"cuDeviceGetName"`
-	cuDeviceGetAttribute      func(v *int32, attr int32, dev int32) cuResult          `sym:"cuDeviceGetAttribute"`
-	cuDeviceTotalMem          func(bytes *uint64, dev int32) cuResult                 `sym:"cuDeviceTotalMem_v2"`
-	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) cuResult                  `sym:"cuDevicePrimaryCtxRetain"`
-	cuDevicePrimaryCtxRelease func(dev int32) cuResult                                `sym:"cuDevicePrimaryCtxRelease_v2"`
-	cuCtxSetCurrent           func(ctx uintptr) cuResult                              `sym:"cuCtxSetCurrent"`
-	cuCtxSynchronize          func() cuResult                                         `sym:"cuCtxSynchronize"`
-	cuMemGetInfo              func(free, total *uint64) cuResult                      `sym:"cuMemGetInfo_v2"`
-	cuMemAlloc                func(p *uint64, size uint64) cuResult                   `sym:"cuMemAlloc_v2"`
-	cuMemFree                 func(p uint64) cuResult                                 `sym:"cuMemFree_v2"`
-	cuMemsetD8                func(p uint64, v uint8, n uint64) cuResult              `sym:"cuMemsetD8_v2"`
-	cuModuleLoadData          func(mod *uintptr, image unsafe.Pointer) cuResult       `sym:"cuModuleLoadData"`
-	cuModuleUnload            func(mod uintptr) cuResult                              `sym:"cuModuleUnload"`
-	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) cuResult    `sym:"cuModuleGetFunction"`
-	cuGetErrorName            func(r cuResult, s **byte) cuResult                     `sym:"cuGetErrorName"`
-	cuGetErrorString          func(r cuResult, s **byte) cuResult                     `sym:"cuGetErrorString"`
-	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) cuResult `sym:"cuMemcpyHtoD_v2"`
+	cuInit                    func(flags uint32) cuResult                                                                                   `sym:"cuInit"`
+	cuDriverGetVersion        func(v *int32) cuResult                                                                                       `sym:"cuDriverGetVersion"`
+	cuDeviceGetCount          func(n *int32) cuResult                                                                                       `sym:"cuDeviceGetCount"`
+	cuDeviceGet               func(dev *int32, ordinal int32) cuResult                                                                      `sym:"cuDeviceGet"`
+	cuDeviceGetName           func(name *byte, n int32, dev int32) cuResult                                                                 `sym:"cuDeviceGetName"`
+	cuDeviceGetAttribute      func(v *int32, attr int32, dev int32) cuResult                                                                `sym:"cuDeviceGetAttribute"`
+	cuDeviceTotalMem          func(bytes *uint64, dev int32) cuResult                                                                       `sym:"cuDeviceTotalMem_v2"`
+	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) cuResult                                                                        `sym:"cuDevicePrimaryCtxRetain"`
+	cuDevicePrimaryCtxRelease func(dev int32) cuResult                                                                                      `sym:"cuDevicePrimaryCtxRelease_v2"`
+	cuCtxSetCurrent           func(ctx uintptr) cuResult                                                                                    `sym:"cuCtxSetCurrent"`
+	cuCtxSynchronize          func() cuResult                                                                                               `sym:"cuCtxSynchronize"`
+	cuMemGetInfo              func(free, total *uint64) cuResult                                                                            `sym:"cuMemGetInfo_v2"`
+	cuMemAlloc                func(p *uint64, size uint64) cuResult                                                                         `sym:"cuMemAlloc_v2"`
+	cuMemFree                 func(p uint64) cuResult                                                                                       `sym:"cuMemFree_v2"`
+	cuMemsetD8                func(p uint64, v uint8, n uint64) cuResult                                                                    `sym:"cuMemsetD8_v2"`
+	cuModuleLoadData          func(mod *uintptr, image unsafe.Pointer) cuResult                                                             `sym:"cuModuleLoadData"`
+	cuModuleUnload            func(mod uintptr) cuResult                                                                                    `sym:"cuModuleUnload"`
+	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) cuResult                                                          `sym:"cuModuleGetFunction"`
+	cuGetErrorName            func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorName"`
+	cuGetErrorString          func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorString"`
+	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) cuResult                                                       `sym:"cuMemcpyHtoD_v2"`
+	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) cuResult                                                       `sym:"cuMemcpyDtoH_v2"`
+	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params, extra unsafe.Pointer) cuResult `sym:"cuLaunchKernel"`
+	cuStreamCreate            func(s *uintptr, flags uint32) cuResult                                                                       `sym:"cuStreamCreate"`
+	cuStreamDestroy           func(s uintptr) cuResult                                                                                      `sym:"cuStreamDestroy_v2"`
+	cuStreamBeginCapture      func(s uintptr, mode int32) cuResult                                                                          `sym:"cuStreamBeginCapture_v2"`
+	cuStreamEndCapture        func(s uintptr, graph *uintptr) cuResult                                                                      `sym:"cuStreamEndCapture"`
+	cuGraphInstantiate        func(exec *uintptr, graph uintptr, flags uint64) cuResult                                                     `sym:"cuGraphInstantiateWithFlags"`
+	cuGraphDestroy            func(graph uintptr) cuResult                                                                                  `sym:"cuGraphDestroy"`
+	cuGraphExecDestroy        func(exec uintptr) cuResult                                                                                   `sym:"cuGraphExecDestroy"`
 
 	// The calls a replay makes go through purego.SyscallN with arguments
 	// prepared at compile time, which does not allocate.
@@ -57,6 +66,7 @@ type driverAPI struct {
 	launchKernel  uintptr `raw:"cuLaunchKernel"`
 	memcpyHtoD    uintptr `raw:"cuMemcpyHtoD_v2"`
 	memcpyDtoH    uintptr `raw:"cuMemcpyDtoH_v2"`
+	graphLaunch   uintptr `raw:"cuGraphLaunch"`
 
 	version int // cuDriverGetVersion: 1000*major + 10*minor
 }
@@ -187,7 +197,7 @@ func cString(p *byte) string {
 // slice to the heap; a slice of an array that already lives there (a field
 // of a heap object) costs no allocation, so a replay makes its calls
 // through one of these.
-type callArgs [11]uintptr
+type callArgs [19]uintptr
 
 // call calls fn with the first n arguments, which are integers, device
 // addresses, or addresses of Go heap memory the caller keeps alive, and

@@ -12,16 +12,18 @@ import (
 )
 
 // exec is a compiled program: device memory for its buffers, weights, rope
-// tables, caches and batch, and one prepared launch per op.
+// tables, caches, scratch areas and batch, one prepared launch per plan
+// call, and the CUDA graphs captured for small batches.
 type exec struct {
 	be     *Backend
 	p      *backend.Program
 	allocs []uint64 // every device allocation, freed by Close
 
 	bufs    []uint64 // [MaxRows, cols] float32 each
-	weights []uint64 // stored bytes, or float32 vectors; 0 for none
+	weights []uint64 // device layout (see kernels.cu), or float32 vectors; 0 for none
 	ropes   []uint64 // float32 inverse frequencies
 	kv      [][2]uint64
+	scratch [numScratch]uint64
 	meta    uint64  // int32 [metaArrays + 4*MaxRows]
 	host    []int32 // the batch as meta holds it, staged on the host
 
@@ -33,25 +35,40 @@ type exec struct {
 	args   []uint64
 	params []uintptr
 
-	sys       callArgs // arguments of the replay's driver calls
-	debugSync bool
-	closed    bool
+	// graphs[rows][selected][hidden] replays every launch of a batch of
+	// that shape (rows <= smallRows); captured on first use on stream.
+	graphs [smallRows + 1][smallRows + 1][2]uintptr
+	stream uintptr
+
+	alpha, beta float32  // cuBLAS scalars, read through pointers
+	sys         callArgs // arguments of the replay's driver calls
+	debugSync   bool
+	closed      bool
 }
 
-// launch is a bound kernel call.
+// launch is a bound kernel call or cuBLAS product.
 type launch struct {
 	op     int
+	head   bool // skipped by hidden-state batches
 	fn     uintptr
 	gridX  uint32
 	gridY  gridRows
 	block  uint32
 	shared uint32
 	params uintptr // &params[first]
+	which  int
+	cond   cond
+	gemm   *boundGemm
+}
+
+type boundGemm struct {
+	out, x, w uint64
+	n, k      int
 }
 
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
-	calls, mats, err := plan(p)
+	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms})
 	if err != nil {
 		return nil, err
 	}
@@ -59,26 +76,34 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	if err := b.current(); err != nil {
 		return nil, err
 	}
-	e := &exec{be: b, p: p, debugSync: os.Getenv("WEFT_CUDA_SYNC") == "1"}
-	if err := e.allocate(mats); err != nil {
+	e := &exec{be: b, p: p, debugSync: os.Getenv("WEFT_CUDA_SYNC") == "1", alpha: 1}
+	if err := e.allocate(pl); err != nil {
 		e.free()
 		return nil, err
 	}
-	if err := e.bind(calls); err != nil {
+	if err := e.bind(pl.calls); err != nil {
 		e.free()
 		return nil, err
+	}
+	if r := b.drv.cuStreamCreate(&e.stream, 1); r != 0 { // CU_STREAM_NON_BLOCKING: no implicit sync with the default stream
+		e.free()
+		return nil, fmt.Errorf("cuda: cuStreamCreate: %w", b.drv.err(r))
 	}
 	return e, nil
 }
 
 // deviceBytes is the device memory a program needs, in bytes.
-func deviceBytes(p *backend.Program, mats []matInfo) uint64 {
+func deviceBytes(p *backend.Program, pl *planned) uint64 {
 	var n uint64
 	for _, c := range p.Bufs {
 		n += uint64(4 * p.MaxRows * c)
 	}
-	for _, m := range mats {
-		n += uint64(m.rows * m.rowBytes)
+	var staging uint64
+	for _, m := range pl.mats {
+		n += uint64(m.rows * m.ggufRow)
+		if m.quantized() {
+			staging = max(staging, uint64(m.rows*m.ggufRow))
+		}
 	}
 	for _, r := range p.Ropes {
 		n += uint64(4 * len(r.InvFreq))
@@ -86,7 +111,10 @@ func deviceBytes(p *backend.Program, mats []matInfo) uint64 {
 	for _, c := range p.Caches {
 		n += 2 * 4 * uint64(p.Slots) * uint64(c.Capacity) * uint64(c.KVDim)
 	}
-	return n + uint64(4*(metaArrays+4*p.MaxRows))
+	for _, s := range pl.scratch {
+		n += uint64(s)
+	}
+	return n + staging + uint64(4*(metaArrays+4*p.MaxRows))
 }
 
 // alloc reserves n bytes of device memory, zeroed.
@@ -103,17 +131,25 @@ func (e *exec) alloc(n uint64, what string) (uint64, error) {
 	return ptr, nil
 }
 
-// upload copies host bytes into a new device allocation.
-func (e *exec) upload(b []byte, what string) (uint64, error) {
-	ptr, err := e.alloc(uint64(len(b)), what)
-	if err != nil || len(b) == 0 {
-		return ptr, err
+// copyIn copies host bytes to device memory at ptr.
+func (e *exec) copyIn(ptr uint64, b []byte, what string) error {
+	if len(b) == 0 {
+		return nil
 	}
 	d := e.be.drv
 	if r := d.cuMemcpyHtoD(ptr, unsafe.Pointer(&b[0]), uint64(len(b))); r != 0 {
-		return 0, fmt.Errorf("cuda: uploading %s: %w", what, d.err(r))
+		return fmt.Errorf("cuda: uploading %s: %w", what, d.err(r))
 	}
-	return ptr, nil
+	return nil
+}
+
+// upload copies host bytes into a new device allocation.
+func (e *exec) upload(b []byte, what string) (uint64, error) {
+	ptr, err := e.alloc(uint64(len(b)), what)
+	if err != nil {
+		return 0, err
+	}
+	return ptr, e.copyIn(ptr, b, what)
 }
 
 func f32Bytes(v []float32) []byte {
@@ -125,13 +161,13 @@ func f32Bytes(v []float32) []byte {
 
 // allocate reserves and fills the program's device memory, after checking
 // that it fits.
-func (e *exec) allocate(mats []matInfo) error {
+func (e *exec) allocate(pl *planned) error {
 	p, d := e.p, e.be.drv
 	var free, total uint64
 	if r := d.cuMemGetInfo(&free, &total); r != 0 {
 		return fmt.Errorf("cuda: cuMemGetInfo: %w", d.err(r))
 	}
-	if need := deviceBytes(p, mats); need > free {
+	if need := deviceBytes(p, pl); need > free {
 		return fmt.Errorf("cuda: the program needs %.2f GiB of device memory, %.2f GiB of %.2f are free", gib(need), gib(free), gib(total))
 	}
 	for i, c := range p.Bufs {
@@ -141,17 +177,8 @@ func (e *exec) allocate(mats []matInfo) error {
 		}
 		e.bufs = append(e.bufs, ptr)
 	}
-	for i := range p.Weights {
-		w := &p.Weights[i]
-		data := w.Data.Bytes
-		if w.F32 != nil {
-			data = f32Bytes(w.F32)
-		}
-		ptr, err := e.upload(data, fmt.Sprintf("tensor %q", mats[i].name))
-		if err != nil {
-			return err
-		}
-		e.weights = append(e.weights, ptr)
+	if err := e.uploadWeights(pl.mats); err != nil {
+		return err
 	}
 	for i, r := range p.Ropes {
 		inv := make([]float32, len(r.InvFreq))
@@ -176,10 +203,88 @@ func (e *exec) allocate(mats []matInfo) error {
 		}
 		e.kv = append(e.kv, [2]uint64{k, v})
 	}
+	for i, n := range pl.scratch {
+		if n == 0 {
+			continue
+		}
+		ptr, err := e.alloc(uint64(n), "scratch")
+		if err != nil {
+			return err
+		}
+		e.scratch[i] = ptr
+	}
 	e.host = make([]int32, metaArrays+4*p.MaxRows)
 	var err error
 	e.meta, err = e.alloc(uint64(4*len(e.host)), "the batch")
 	return err
+}
+
+// uploadWeights copies every weight to the device. Q8_0 and Q4_0 tensors
+// pass through a staging allocation that the repack kernel turns into the
+// device layout; the staging memory is freed at the end.
+func (e *exec) uploadWeights(mats []matInfo) error {
+	d := e.be.drv
+	var staging uint64
+	defer func() {
+		if staging != 0 {
+			d.cuCtxSynchronize()
+			d.cuMemFree(staging)
+		}
+	}()
+	for i := range e.p.Weights {
+		w, m := &e.p.Weights[i], &mats[i]
+		what := fmt.Sprintf("tensor %q", m.name)
+		if w.F32 != nil {
+			ptr, err := e.upload(f32Bytes(w.F32), what)
+			if err != nil {
+				return err
+			}
+			e.weights = append(e.weights, ptr)
+			continue
+		}
+		if !m.quantized() {
+			ptr, err := e.upload(w.Data.Bytes, what)
+			if err != nil {
+				return err
+			}
+			e.weights = append(e.weights, ptr)
+			continue
+		}
+		if staging == 0 {
+			var most int
+			for _, o := range mats {
+				if o.quantized() {
+					most = max(most, o.rows*o.ggufRow)
+				}
+			}
+			if r := d.cuMemAlloc(&staging, uint64(most)); r != 0 {
+				return fmt.Errorf("cuda: allocating %d bytes to stage quantized weights: %w", most, d.err(r))
+			}
+		}
+		ptr, err := e.alloc(uint64(len(w.Data.Bytes)), what)
+		if err != nil {
+			return err
+		}
+		e.weights = append(e.weights, ptr)
+		// The copy is ordered after the previous repack on the default
+		// stream, so the staging memory is free again.
+		if err := e.copyIn(staging, w.Data.Bytes, what); err != nil {
+			return err
+		}
+		n := int64(m.rows) * int64(m.cols/32)
+		args := [4]uint64{ptr, staging, uint64(n), uint64(m.dOff)}
+		params := [4]uintptr{}
+		for k := range args {
+			params[k] = uintptr(unsafe.Pointer(&args[k]))
+		}
+		r := d.cuLaunchKernel(e.be.funcs["repack_"+weightTypes[m.typ]], blocks(int(n), elemBlock), 1, 1, elemBlock, 1, 1, 0, 0,
+			unsafe.Pointer(&params[0]), nil)
+		runtime.KeepAlive(&args)
+		if r != 0 {
+			return fmt.Errorf("cuda: repacking %s: %w", what, d.err(r))
+		}
+	}
+	return nil
 }
 
 func gib(n uint64) float64 { return float64(n) / (1 << 30) }
@@ -198,12 +303,20 @@ func (e *exec) bind(calls []call) error {
 	}
 	at := 0
 	for _, c := range calls {
+		l := launch{op: c.op, head: e.p.Ops[c.op].Head, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
+			which: c.which, cond: c.cond}
+		if c.gemm != nil {
+			g := c.gemm
+			l.gemm = &boundGemm{out: e.resolve(g.out), x: e.resolve(g.x), w: e.resolve(g.w), n: g.n, k: g.k}
+			e.launches = append(e.launches, l)
+			continue
+		}
 		fn, ok := e.be.funcs[c.kernel]
 		if !ok {
 			return fmt.Errorf("cuda: op %d: no kernel %s", c.op, c.kernel)
 		}
-		e.launches = append(e.launches, launch{op: c.op, fn: fn, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
-			params: uintptr(unsafe.Pointer(&e.params[at]))})
+		l.fn, l.params = fn, uintptr(unsafe.Pointer(&e.params[at]))
+		e.launches = append(e.launches, l)
 		for _, a := range c.args {
 			e.args[at] = e.resolve(a)
 			at++
@@ -230,6 +343,10 @@ func (e *exec) resolve(a arg) uint64 {
 		return e.ropes[a.id]
 	case argMeta:
 		return e.meta + uint64(4*a.v)
+	case argScratch:
+		return e.scratch[a.id]
+	case argNull:
+		return 0
 	case argInt:
 		return uint64(uint32(int32(a.v)))
 	case argInt64:
@@ -241,69 +358,6 @@ func (e *exec) resolve(a arg) uint64 {
 }
 
 var errClosed = errors.New("cuda: plan is closed")
-
-// Run implements backend.Exec: it stages the batch into meta, launches
-// every op's kernel in order on the context's default stream and copies
-// the selected rows' logits back, which waits for the kernels.
-func (e *exec) Run(b *backend.Batch, logits []float32) error {
-	if e.closed {
-		return errClosed
-	}
-	p := e.p
-	if err := p.Validate(b); err != nil {
-		return err
-	}
-	if len(logits) != len(b.Selected)*p.Vocab {
-		return fmt.Errorf("cuda: logits buffer of %d floats, want %d", len(logits), len(b.Selected)*p.Vocab)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	d, c := e.be.drv, &e.sys
-	if e.be.closed {
-		return errBackendClosed
-	}
-	c[0] = e.be.ctx
-	if r := c.call(d.ctxSetCurrent, 1); r != 0 {
-		return fmt.Errorf("cuda: cuCtxSetCurrent: %w", d.err(r))
-	}
-	rows, sel := len(b.Tokens), len(b.Selected)
-	h, m := e.host, p.MaxRows
-	h[metaRows], h[metaSelected] = int32(rows), int32(sel)
-	copy(h[metaArrays+fieldTokens*m:], b.Tokens)
-	copy(h[metaArrays+fieldPos*m:], b.Pos)
-	copy(h[metaArrays+fieldSlots*m:], b.Slots)
-	copy(h[metaArrays+fieldSelected*m:], b.Selected)
-	c[0], c[1], c[2] = uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(4*len(h))
-	if r := c.call(d.memcpyHtoD, 3); r != 0 {
-		return fmt.Errorf("cuda: copying the batch: %w", d.err(r))
-	}
-	for i := range e.launches {
-		l := &e.launches[i]
-		gy := uintptr(1)
-		switch l.gridY {
-		case gridAll:
-			gy = uintptr(rows)
-		case gridSelected:
-			gy = uintptr(sel)
-		}
-		*c = callArgs{l.fn, uintptr(l.gridX), gy, 1, uintptr(l.block), 1, 1, uintptr(l.shared), 0, l.params, 0}
-		r := c.call(d.launchKernel, 11)
-		if r == 0 && e.debugSync {
-			r = d.cuCtxSynchronize()
-		}
-		if r != 0 {
-			op := &p.Ops[l.op]
-			return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, d.err(r))
-		}
-	}
-	c[0], c[1], c[2] = uintptr(unsafe.Pointer(&logits[0])), uintptr(e.bufs[p.Logits]), uintptr(4*len(logits))
-	r := c.call(d.memcpyDtoH, 3)
-	runtime.KeepAlive(logits)
-	if r != 0 {
-		return fmt.Errorf("cuda: running the plan: %w", d.err(r))
-	}
-	return nil
-}
 
 // Close implements backend.Exec.
 func (e *exec) Close() error {
@@ -318,10 +372,29 @@ func (e *exec) Close() error {
 	return e.free()
 }
 
-// free releases every device allocation; the context must be current.
+// free releases the graphs, the stream and every device allocation; the
+// context must be current.
 func (e *exec) free() error {
 	d := e.be.drv
 	var errs []error
+	for i := range e.graphs {
+		for j := range e.graphs[i] {
+			for k, g := range e.graphs[i][j] {
+				if g != 0 {
+					if r := d.cuGraphExecDestroy(g); r != 0 {
+						errs = append(errs, d.err(r))
+					}
+					e.graphs[i][j][k] = 0
+				}
+			}
+		}
+	}
+	if e.stream != 0 {
+		if r := d.cuStreamDestroy(e.stream); r != 0 {
+			errs = append(errs, d.err(r))
+		}
+		e.stream = 0
+	}
 	for _, ptr := range e.allocs {
 		if r := d.cuMemFree(ptr); r != 0 {
 			errs = append(errs, d.err(r))

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,18 +74,19 @@ func modelPaths(t *testing.T) []string {
 type pair struct {
 	t        *testing.T
 	cpu, gpu *engine.Model
+	limit    float64
 	worst    float64
 }
 
-// compare checks every row of logits ([rows, vocab]) for KL < 1e-4.
+// compare checks every row of logits ([rows, vocab]) for KL < p.limit.
 func (p *pair) compare(what string, want, got []float32) {
 	p.t.Helper()
 	v := p.cpu.Vocab()
 	for r := 0; r < len(want)/v; r++ {
 		kl := klDiv(want[r*v:(r+1)*v], got[r*v:(r+1)*v])
 		p.worst = max(p.worst, kl)
-		if kl > 1e-4 {
-			p.t.Fatalf("%s row %d: KL %.3g > 1e-4", what, r, kl)
+		if kl > p.limit {
+			p.t.Fatalf("%s row %d: KL %.3g > %.g", what, r, kl, p.limit)
 		}
 	}
 }
@@ -112,7 +114,13 @@ func TestModelsAgainstCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer gm.Close()
-			p := &pair{t: t, cpu: cm, gpu: gm}
+			// Prefill chunks of more than 8 rows multiply on cuBLAS in f16:
+			// activations round there, and so do Q8_0 and Q4_0 weights
+			// dequantized to f16 (BF16 ones convert exactly).
+			p := &pair{t: t, cpu: cm, gpu: gm, limit: 1e-4}
+			if strings.HasSuffix(path, "_0.gguf") {
+				p.limit = 1e-3
+			}
 			rng := rand.New(rand.NewPCG(uint64(i), 11))
 			prompt := func(n int) []int32 {
 				ids := make([]int32, n)

@@ -40,11 +40,18 @@ type nvrtcAPI struct {
 }
 
 // nvrtcNames are the NVRTC libraries tried, newest first and none newer
-// than the driver's CUDA major version (its output would not load): by
-// soname (the loader's search path), then in the usual toolkit folders.
+// than the driver's CUDA major version (its output would not load).
 func nvrtcNames(driverMajor int) []string {
+	return toolkitLibNames("WEFT_NVRTC", "libnvrtc", driverMajor)
+}
+
+// toolkitLibNames lists where a CUDA toolkit library (stem "libnvrtc")
+// may be: the path in the environment variable env, then by soname (the
+// loader's search path) and in the usual toolkit folders, for major
+// versions from the driver's (at most 13) down to 12.
+func toolkitLibNames(env, stem string, driverMajor int) []string {
 	var names []string
-	if p := os.Getenv("WEFT_NVRTC"); p != "" {
+	if p := os.Getenv(env); p != "" {
 		names = append(names, p)
 	}
 	dirs := []string{""}
@@ -55,7 +62,7 @@ func nvrtcNames(driverMajor int) []string {
 	}
 	dirs = append(dirs, "/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/cuda/targets/sbsa-linux/lib")
 	for major := min(driverMajor, 13); major >= 12; major-- {
-		so := fmt.Sprintf("libnvrtc.so.%d", major)
+		so := fmt.Sprintf("%s.so.%d", stem, major)
 		for _, d := range dirs {
 			names = append(names, filepath.Join(d, so))
 		}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -138,15 +139,38 @@ func opCases() []opCase {
 			build: func(b *progBuilder, out backend.BufID) {
 				b.op(backend.Op{Kind: backend.OpEmbed, Out: out, W: b.mat(typ, cols, cols, 1), Scale: 1.7})
 			}})
-		cases = append(cases, opCase{name: "matmul/" + typ, maxRows: 7, slots: 1, context: 64, vocab: 45, tol: 1e-5,
+		// Products by Q8_0 and Q4_0 weights quantize the activations to
+		// int8 on both backends (TestQuantizedMatVec checks the GPU's
+		// exactly); cuBLAS takes f16 operands for more than smallRows
+		// rows.
+		small, large := 1e-5, 3e-3
+		for _, shape := range []struct {
+			name            string
+			maxRows, k, out int
+			tol             float64
+		}{{"", 7, cols, 45, small}, {"/vec", 8, 96, 33, small}, {"/large", 40, 96, 45, large}} {
+			cases = append(cases, opCase{name: "matmul/" + typ + shape.name, maxRows: shape.maxRows, slots: 1, context: 64, vocab: shape.out, tol: shape.tol,
+				build: func(b *progBuilder, out backend.BufID) {
+					a := b.buf(shape.k)
+					b.fill(a, 1)
+					bias := backend.NoWeight
+					if typ == "Q4_0" || typ == "F32" || typ == "BF16" {
+						bias = b.vec(shape.out, 0, 1)
+					}
+					b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: b.mat(typ, shape.out, shape.k, 0.5), Bias: bias})
+				}})
+		}
+	}
+	for _, maxRows := range []int{5, 20} {
+		cases = append(cases, opCase{name: fmt.Sprintf("matmul+residual/%d", maxRows), maxRows: maxRows, slots: 1, context: 64, vocab: 64, tol: 3e-3,
 			build: func(b *progBuilder, out backend.BufID) {
-				a := b.buf(cols)
+				a, o := b.buf(96), b.buf(64)
 				b.fill(a, 1)
-				bias := backend.NoWeight
-				if typ == "Q4_0" || typ == "F32" {
-					bias = b.vec(45, 0, 1)
-				}
-				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: b.mat(typ, 45, cols, 0.5), Bias: bias})
+				b.fill(out, 1)
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: o, A: a, W: b.mat("Q4_0", 64, 96, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpAdd, Out: out, A: out, B: o})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: o, A: a, W: b.mat("F16", 64, 96, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpAdd, Out: out, A: o, B: out})
 			}})
 	}
 	cases = append(cases,
@@ -210,12 +234,22 @@ func opCases() []opCase {
 				b.op(backend.Op{Kind: backend.OpRope, A: out, Table: tab, Layout: rc.layout, NHeads: 3, HeadDim: rc.hd, RopeDim: rc.ropeDim})
 			}})
 	}
+	// Up to smallRows rows attention runs the decode kernel, above it the
+	// tiled one (head sizes to 128 in multiples of 4); 12 rows over 10
+	// slots make tiles whose rows belong to different sequences.
 	for _, ac := range []struct {
 		name                  string
 		heads, kv, hd, window int
 		softcap               float32
-	}{{"full", 6, 2, 40, 0, 0}, {"mha-128", 2, 2, 128, 0, 0}, {"window-ring", 4, 1, 72, 5, 0}, {"softcap", 6, 3, 16, 0, 20}, {"window-softcap-256", 2, 1, 256, 9, 50}} {
-		const maxRows, slots, context = 6, 3, 40
+		maxRows, slots        int
+	}{
+		{"full", 6, 2, 40, 0, 0, 6, 3}, {"mha-128", 2, 2, 128, 0, 0, 6, 3}, {"window-ring", 4, 1, 72, 5, 0, 6, 3},
+		{"softcap", 6, 3, 16, 0, 20, 6, 3}, {"window-softcap-256", 2, 1, 256, 9, 50, 6, 3},
+		{"tiled-64", 8, 2, 64, 0, 0, 20, 2}, {"tiled-gqa3-40", 6, 2, 40, 0, 0, 19, 2}, {"tiled-128", 4, 1, 128, 0, 0, 17, 1},
+		{"tiled-window-ring", 4, 1, 72, 5, 0, 20, 2}, {"tiled-softcap", 6, 3, 16, 0, 20, 20, 3}, {"tiled-mixed-slots", 4, 2, 32, 0, 0, 12, 10},
+		{"tiled-odd-dims", 3, 1, 30, 0, 0, 20, 2}, {"tiled-gqa8", 16, 2, 64, 0, 0, 20, 2},
+	} {
+		maxRows, slots, context := ac.maxRows, ac.slots, 40
 		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5,
 			build: func(b *progBuilder, out backend.BufID) {
 				q, k, v := b.buf(ac.heads*ac.hd), b.buf(ac.kv*ac.hd), b.buf(ac.kv*ac.hd)

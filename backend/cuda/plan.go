@@ -8,13 +8,20 @@ import (
 
 // The plan is the device-independent half of Compile: every op checked
 // against the program (the same checks as the CPU backend) and turned into
-// a kernel launch whose arguments name buffers, weights and caches rather
+// kernel launches whose arguments name buffers, weights and caches rather
 // than device addresses. Binding (exec.go) resolves the names once the
 // memory exists. Keeping this half free of driver calls lets it be tested
 // on machines without a GPU.
+//
+// A run takes one of two paths per op, by the op's row count (the batch's
+// rows, or its selected rows): up to smallRows rows, matrix products are
+// matrix-vector kernels reading each weight once per MVR rows (decode;
+// these runs are replayed as CUDA graphs), above it they go to cuBLAS on
+// f16 operands and attention to the tiled kernel (prefill). Each launch
+// carries the condition under which it runs.
 
 // Weight storage types as kernels.cu numbers them, with the suffix of
-// their embed_ and matmul_ kernels.
+// their kernels.
 var weightTypes = map[string]string{
 	"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0",
 }
@@ -23,15 +30,26 @@ var weightTypes = map[string]string{
 type argKind uint8
 
 const (
-	argBuf    argKind = iota // activation buffer id: its device address
-	argWeight                // weight id: its device address, 0 for NoWeight
-	argCacheK                // layer: its key cache's address
-	argCacheV                // layer: its value cache's address
-	argRope                  // rope table id: its inverse frequencies' address
-	argMeta                  // meta + 4*v bytes (see the meta* offsets)
-	argInt                   // int32 v
-	argInt64                 // int64 v
-	argFloat                 // float32 f
+	argBuf     argKind = iota // activation buffer id: its device address
+	argWeight                 // weight id: its device address, 0 for NoWeight
+	argCacheK                 // layer: its key cache's address
+	argCacheV                 // layer: its value cache's address
+	argRope                   // rope table id: its inverse frequencies' address
+	argMeta                   // meta + 4*v bytes (see the meta* offsets)
+	argScratch                // scratch id: its address
+	argNull                   // a null pointer
+	argInt                    // int32 v
+	argInt64                  // int64 v
+	argFloat                  // float32 f
+)
+
+// Scratch areas shared by every op (they run one after another).
+const (
+	scratchQ8   = iota // int8 activation rows [MaxRows, K]
+	scratchQ8DS        // their block scales, float2 [MaxRows, K/32]
+	scratchX16         // f16 activation rows [MaxRows, K] for cuBLAS
+	scratchW16         // a weight dequantized to f16 [N, K] for cuBLAS
+	numScratch
 )
 
 type arg struct {
@@ -43,9 +61,12 @@ type arg struct {
 
 func buf(id backend.BufID) arg       { return arg{kind: argBuf, id: int(id)} }
 func weight(id backend.WeightID) arg { return arg{kind: argWeight, id: int(id)} }
+func scratch(id int) arg             { return arg{kind: argScratch, id: id} }
 func i32(v int) arg                  { return arg{kind: argInt, v: int64(v)} }
 func i64(v int) arg                  { return arg{kind: argInt64, v: int64(v)} }
 func f32(v float32) arg              { return arg{kind: argFloat, f: v} }
+
+var null = arg{kind: argNull}
 
 // The meta array (int32): counts, then the batch's arrays, MaxRows each.
 const (
@@ -77,9 +98,28 @@ const (
 	gridOne      gridRows = iota // 1
 	gridAll                      // the batch's rows
 	gridSelected                 // the selected rows
+	gridTiles                    // the batch's rows in tiles of attTileRows
 )
 
-// call is one kernel launch of the plan.
+// cond says in which runs a launch takes part.
+type cond uint8
+
+const (
+	always cond = iota
+	small       // its row count is at most smallRows
+	large       // its row count exceeds smallRows
+)
+
+// smallRows is the most rows the matrix-vector path takes.
+const smallRows = 8
+
+// gemm describes a cuBLAS product out[rows, n] = x16[rows, k] · w16[n, k]ᵀ.
+type gemm struct {
+	out, x, w arg
+	n, k      int
+}
+
+// call is one kernel launch (or cuBLAS product) of the plan.
 type call struct {
 	op     int // index in Program.Ops
 	kernel string
@@ -88,22 +128,30 @@ type call struct {
 	block  uint32
 	shared uint32
 	args   []arg
+	which  int // the row count it runs on: metaRows or metaSelected
+	cond   cond
+	gemm   *gemm // instead of a kernel
 }
 
 // matInfo describes a program weight as the device stores it: rows of
-// rowBytes in its stored type, or a float32 vector (one row).
+// rowBytes in its stored type (for Q8_0 and Q4_0 the quants of a row,
+// with the scales from byte dOff on), or a float32 vector (one row).
 type matInfo struct {
 	name       string
 	rows, cols int
+	ggufRow    int // bytes of a row as stored in the file
 	rowBytes   int
+	dOff       int64
 	typ        string // weights' spelling: "F32", "Q4_0", ...
 	vector     bool   // an engine-prepared float32 vector (Weight.F32)
 }
 
+func (m *matInfo) quantized() bool { return m.typ == "Q8_0" || m.typ == "Q4_0" }
+
 // describe checks a program weight and says how it is stored.
 func describe(w *backend.Weight) (matInfo, error) {
 	if w.F32 != nil {
-		return matInfo{name: w.Name, rows: 1, cols: len(w.F32), rowBytes: 4 * len(w.F32), typ: "F32", vector: true}, nil
+		return matInfo{name: w.Name, rows: 1, cols: len(w.F32), ggufRow: 4 * len(w.F32), rowBytes: 4 * len(w.F32), typ: "F32", vector: true}, nil
 	}
 	t := w.Tensor
 	if t == nil {
@@ -120,66 +168,173 @@ func describe(w *backend.Weight) (matInfo, error) {
 	if err != nil {
 		return matInfo{}, fmt.Errorf("tensor %q: %w", w.Name, err)
 	}
-	m.rowBytes = int(rb)
-	if len(w.Data.Bytes) != m.rows*m.rowBytes {
-		return matInfo{}, fmt.Errorf("tensor %q: %d bytes, want %d for %s %v", w.Name, len(w.Data.Bytes), m.rows*m.rowBytes, t.Type, t.Shape)
+	m.ggufRow, m.rowBytes = int(rb), int(rb)
+	if len(w.Data.Bytes) != m.rows*m.ggufRow {
+		return matInfo{}, fmt.Errorf("tensor %q: %d bytes, want %d for %s %v", w.Name, len(w.Data.Bytes), m.rows*m.ggufRow, t.Type, t.Shape)
 	}
+	switch t.Type {
+	case "Q8_0":
+		m.rowBytes = m.cols
+	case "Q4_0":
+		m.rowBytes = m.cols / 2
+	}
+	m.dOff = int64(m.rows) * int64(m.rowBytes)
 	return m, nil
 }
 
 const (
 	elemBlock      = 256 // threads of an elementwise launch
-	matmulWarps    = 8   // output columns per matmul block
+	mvWarps        = 4   // kernels.cu MV_WARPS
 	attentionWarps = 4
 	maxHeadDim     = 512 // kernels.cu MAXD
+	attTileRows    = 8   // kernels.cu AT_ROWS
+	attTileKeys    = 32  // kernels.cu AT_KT
+	attTileWarps   = 8   // kernels.cu AT_WARPS
+	// maxW16Bytes bounds the f16 copy of one weight for cuBLAS; a larger
+	// weight (a big vocabulary's output matrix) stays on the
+	// matrix-vector path.
+	maxW16Bytes = 1 << 29
 )
 
 func blocks(n, per int) uint32 { return uint32((n + per - 1) / per) }
 
-// plan checks every op of p and returns its launches and the description
-// of every weight.
-func plan(p *backend.Program) ([]call, []matInfo, error) {
+// planOptions are the device facts the plan depends on.
+type planOptions struct {
+	gemm bool // cuBLAS is loaded
+	sms  int  // multiprocessors, to size matrix-vector grids
+}
+
+// planned is a checked program: its launches, how each weight is stored
+// and the size of each scratch area in bytes.
+type planned struct {
+	calls   []call
+	mats    []matInfo
+	scratch [numScratch]int64
+}
+
+// planState follows which activation the shared scratch areas hold, so
+// that a run of products on one input (q, k and v; gate and up) converts
+// it once.
+type planState struct {
+	q8, x16 *scratchHolds
+}
+
+type scratchHolds struct {
+	buf    backend.BufID
+	which  int
+	cond   cond
+	kernel string // what filled it
+}
+
+func (s *planState) holds(h *scratchHolds, buf backend.BufID, which int, c cond) bool {
+	return h != nil && h.buf == buf && h.which == which && h.cond == c
+}
+
+// written forgets whatever a scratch area holds converted from buf.
+func (s *planState) written(buf backend.BufID) {
+	if s.q8 != nil && s.q8.buf == buf {
+		s.q8 = nil
+	}
+	if s.x16 != nil && s.x16.buf == buf {
+		s.x16 = nil
+	}
+}
+
+// plan checks every op of p and returns its launches.
+func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	if p.MaxRows <= 0 || p.Slots <= 0 || p.Context <= 0 {
-		return nil, nil, fmt.Errorf("cuda: program with %d rows, %d slots and a context of %d", p.MaxRows, p.Slots, p.Context)
+		return nil, fmt.Errorf("cuda: program with %d rows, %d slots and a context of %d", p.MaxRows, p.Slots, p.Context)
 	}
 	if p.MaxRows > 65535 {
-		return nil, nil, fmt.Errorf("cuda: program of %d rows exceeds the grid limit of 65535", p.MaxRows)
+		return nil, fmt.Errorf("cuda: program of %d rows exceeds the grid limit of 65535", p.MaxRows)
 	}
 	if p.Logits < 0 || int(p.Logits) >= len(p.Bufs) || p.Bufs[p.Logits] != p.Vocab {
-		return nil, nil, fmt.Errorf("cuda: logits buffer %d does not hold %d columns", p.Logits, p.Vocab)
+		return nil, fmt.Errorf("cuda: logits buffer %d does not hold %d columns", p.Logits, p.Vocab)
 	}
-	mats := make([]matInfo, len(p.Weights))
+	if opt.sms <= 0 {
+		opt.sms = 132
+	}
+	pl := &planned{mats: make([]matInfo, len(p.Weights))}
 	for i := range p.Weights {
 		m, err := describe(&p.Weights[i])
 		if err != nil {
-			return nil, nil, fmt.Errorf("cuda: %w", err)
+			return nil, fmt.Errorf("cuda: %w", err)
 		}
-		mats[i] = m
+		pl.mats[i] = m
 	}
 	for i, r := range p.Ropes {
 		if len(r.InvFreq) == 0 {
-			return nil, nil, fmt.Errorf("cuda: rope table %d is empty", i)
+			return nil, fmt.Errorf("cuda: rope table %d is empty", i)
 		}
 	}
 	for l, c := range p.Caches {
-		if c.Layer != l || c.KVDim <= 0 || c.Capacity <= 0 {
-			return nil, nil, fmt.Errorf("cuda: cache %d is for layer %d with %d columns and %d positions", l, c.Layer, c.KVDim, c.Capacity)
+		// A layer-split part keeps no cache (capacity 0) for the layers
+		// other parts run.
+		if c.Layer != l || c.KVDim < 0 || c.Capacity < 0 {
+			return nil, fmt.Errorf("cuda: cache %d is for layer %d with %d columns and %d positions", l, c.Layer, c.KVDim, c.Capacity)
 		}
 	}
-	calls := make([]call, 0, len(p.Ops))
+	st := &planState{}
+	fusedAdd := -1 // the op index of an add folded into the product before it
+	addCond := always
 	for i := range p.Ops {
-		c, err := planOp(p, mats, &p.Ops[i])
-		if err != nil {
-			return nil, nil, fmt.Errorf("cuda: op %d (%s, layer %d): %w", i, p.Ops[i].Kind, p.Ops[i].Layer, err)
+		op := &p.Ops[i]
+		var calls []call
+		var err error
+		switch {
+		case i == fusedAdd:
+			// The product wrote the sum on the matrix-vector path; the
+			// add still runs where the product went to cuBLAS (the
+			// matrix-vector path then runs only on small counts).
+			if addCond == always {
+				break
+			}
+			calls, err = planOp(p, pl, st, op, opt, backend.BufID(-1))
+			for k := range calls {
+				calls[k].cond = large
+			}
+		case op.Kind == backend.OpMatMul && i+1 < len(p.Ops) && fusable(p, op, &p.Ops[i+1]):
+			calls, err = planOp(p, pl, st, op, opt, p.Ops[i+1].Out)
+			fusedAdd, addCond = i+1, always
+			for _, c := range calls {
+				if c.gemm != nil {
+					addCond = small
+				}
+			}
+		default:
+			calls, err = planOp(p, pl, st, op, opt, backend.BufID(-1))
 		}
-		c.op = i
-		calls = append(calls, c)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: op %d (%s, layer %d): %w", i, op.Kind, op.Layer, err)
+		}
+		for _, c := range calls {
+			c.op = i
+			pl.calls = append(pl.calls, c)
+		}
 	}
-	return calls, mats, nil
+	return pl, nil
 }
 
-// planOp is one op's launch; the checks match the CPU backend's.
-func planOp(p *backend.Program, mats []matInfo, op *backend.Op) (call, error) {
+// fusable reports whether add (the op after the product mm) adds mm's
+// output to a residual the product does not read, so the matrix-vector
+// kernel can do it.
+func fusable(p *backend.Program, mm, add *backend.Op) bool {
+	if add.Kind != backend.OpAdd || add.OnSelected != mm.OnSelected || add.Head || mm.Head {
+		return false
+	}
+	x := add.Out
+	if !(add.A == x && add.B == mm.Out) && !(add.B == x && add.A == mm.Out) {
+		return false
+	}
+	inRange := func(id backend.BufID) bool { return id >= 0 && int(id) < len(p.Bufs) }
+	return inRange(x) && inRange(mm.Out) && inRange(mm.A) && x != mm.A && x != mm.Out && p.Bufs[x] == p.Bufs[mm.Out]
+}
+
+// planOp is one op's launches; the checks match the CPU backend's. For a
+// product, resid >= 0 names a residual the matrix-vector path adds the
+// result to.
+func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt planOptions, resid backend.BufID) ([]call, error) {
+	mats := pl.mats
 	bufOK := func(ids ...backend.BufID) error {
 		for _, id := range ids {
 			if id < 0 || int(id) >= len(p.Bufs) {
@@ -203,163 +358,163 @@ func planOp(p *backend.Program, mats []matInfo, op *backend.Op) (call, error) {
 	}
 	meta := metaField(-1, p.MaxRows)
 	cols := func(id backend.BufID) int { return p.Bufs[id] }
+	one := func(c call) ([]call, error) {
+		c.which = which
+		return []call{c}, nil
+	}
+	if out, ok := opOutput(op); ok && out >= 0 && int(out) < len(p.Bufs) {
+		defer st.written(out)
+	}
 
 	switch op.Kind {
 	case backend.OpEmbed:
 		m, err := weightOK(op.W, false)
 		if err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if err := bufOK(op.Out); err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if m.vector || cols(op.Out) != m.cols {
-			return call{}, fmt.Errorf("embedding %q has %d columns, buffer %d", m.name, m.cols, cols(op.Out))
+			return nil, fmt.Errorf("embedding %q has %d columns, buffer %d", m.name, m.cols, cols(op.Out))
 		}
 		if m.rows < p.Vocab {
-			return call{}, fmt.Errorf("embedding %q has %d rows for a vocabulary of %d", m.name, m.rows, p.Vocab)
+			return nil, fmt.Errorf("embedding %q has %d rows for a vocabulary of %d", m.name, m.rows, p.Vocab)
 		}
 		scale := op.Scale
 		if scale == 0 {
 			scale = 1
 		}
-		return call{kernel: "embed_" + weightTypes[m.typ], gridX: blocks(m.cols, elemBlock), gridY: gridAll, block: elemBlock,
-			args: []arg{buf(op.Out), weight(op.W), meta, metaField(fieldTokens, p.MaxRows), i32(m.cols), i64(m.rowBytes), f32(scale)}}, nil
+		return one(call{kernel: "embed_" + weightTypes[m.typ], gridX: blocks(m.cols, elemBlock), gridY: gridAll, block: elemBlock,
+			args: []arg{buf(op.Out), weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), meta, metaField(fieldTokens, p.MaxRows), i32(m.cols), f32(scale)}})
 
 	case backend.OpRMSNorm:
 		m, err := weightOK(op.W, false)
 		if err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if err := bufOK(op.Out, op.A); err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if op.Group <= 0 || !m.vector || m.cols != op.Group || cols(op.A)%op.Group != 0 || cols(op.Out) != cols(op.A) {
-			return call{}, fmt.Errorf("norm %q of %d (f32=%v) over groups of %d in %d columns", m.name, m.cols, m.vector, op.Group, cols(op.A))
+			return nil, fmt.Errorf("norm %q of %d (f32=%v) over groups of %d in %d columns", m.name, m.cols, m.vector, op.Group, cols(op.A))
 		}
 		block := uint32(min(256, (op.Group+31)/32*32))
-		return call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block,
-			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}}, nil
+		return one(call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block,
+			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}})
 
 	case backend.OpMatMul:
 		m, err := weightOK(op.W, false)
 		if err != nil {
-			return call{}, err
+			return nil, err
 		}
 		bias, err := weightOK(op.Bias, true)
 		if err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if err := bufOK(op.Out, op.A); err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if m.vector || m.cols != cols(op.A) || m.rows != cols(op.Out) {
-			return call{}, fmt.Errorf("weight %q is %dx%d but maps %d to %d columns", m.name, m.rows, m.cols, cols(op.A), cols(op.Out))
+			return nil, fmt.Errorf("weight %q is %dx%d but maps %d to %d columns", m.name, m.rows, m.cols, cols(op.A), cols(op.Out))
 		}
 		if op.Out == op.A {
-			return call{}, fmt.Errorf("matmul by %q in place", m.name)
+			return nil, fmt.Errorf("matmul by %q in place", m.name)
 		}
 		if bias != nil && (!bias.vector || bias.cols != m.rows) {
-			return call{}, fmt.Errorf("bias %q has %d values for %d outputs", bias.name, bias.cols, m.rows)
+			return nil, fmt.Errorf("bias %q has %d values for %d outputs", bias.name, bias.cols, m.rows)
 		}
-		return call{kernel: "matmul_" + weightTypes[m.typ], gridX: blocks(m.rows, matmulWarps), gridY: gridOne, block: 32 * matmulWarps,
-			args: []arg{buf(op.Out), buf(op.A), weight(op.W), weight(op.Bias), meta, i32(which), i32(m.cols), i32(m.rows), i64(m.rowBytes)}}, nil
+		calls := planMatMul(p, pl, st, op, m, which, opt, resid)
+		for i := range calls {
+			calls[i].which = which
+		}
+		if resid >= 0 {
+			st.written(resid)
+		}
+		return calls, nil
 
 	case backend.OpRope:
 		if err := bufOK(op.A); err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if op.Table < 0 || op.Table >= len(p.Ropes) || len(p.Ropes[op.Table].InvFreq)*2 != op.RopeDim ||
 			op.NHeads <= 0 || op.NHeads*op.HeadDim != cols(op.A) || op.RopeDim > op.HeadDim {
-			return call{}, fmt.Errorf("rope table %d for %d heads of %d (rope dim %d) in %d columns", op.Table, op.NHeads, op.HeadDim, op.RopeDim, cols(op.A))
+			return nil, fmt.Errorf("rope table %d for %d heads of %d (rope dim %d) in %d columns", op.Table, op.NHeads, op.HeadDim, op.RopeDim, cols(op.A))
 		}
 		if op.OnSelected {
-			return call{}, fmt.Errorf("rope on the selected rows")
+			return nil, fmt.Errorf("rope on the selected rows")
 		}
 		neox := 0
 		if op.Layout == backend.RopeNeoX {
 			neox = 1
 		}
-		return call{kernel: "rope", gridX: 1, gridY: gridAll, block: elemBlock,
-			args: []arg{buf(op.A), {kind: argRope, id: op.Table}, meta, metaField(fieldPos, p.MaxRows), i32(op.NHeads), i32(op.HeadDim), i32(op.RopeDim / 2), i32(neox)}}, nil
+		return one(call{kernel: "rope", gridX: 1, gridY: gridAll, block: elemBlock,
+			args: []arg{buf(op.A), {kind: argRope, id: op.Table}, meta, metaField(fieldPos, p.MaxRows), i32(op.NHeads), i32(op.HeadDim), i32(op.RopeDim / 2), i32(neox)}})
 
 	case backend.OpStoreKV:
 		if err := bufOK(op.A, op.B); err != nil {
-			return call{}, err
+			return nil, err
 		}
-		if op.Layer < 0 || op.Layer >= len(p.Caches) || p.Caches[op.Layer].KVDim != cols(op.A) || cols(op.B) != cols(op.A) {
-			return call{}, fmt.Errorf("kv store for layer %d of %d columns", op.Layer, cols(op.A))
+		if op.Layer < 0 || op.Layer >= len(p.Caches) || p.Caches[op.Layer].KVDim != cols(op.A) || cols(op.B) != cols(op.A) ||
+			p.Caches[op.Layer].Capacity <= 0 {
+			return nil, fmt.Errorf("kv store for layer %d of %d columns", op.Layer, cols(op.A))
 		}
 		c := p.Caches[op.Layer]
-		return call{kernel: "store_kv", gridX: blocks(c.KVDim, elemBlock), gridY: gridAll, block: elemBlock,
+		return one(call{kernel: "store_kv", gridX: blocks(c.KVDim, elemBlock), gridY: gridAll, block: elemBlock,
 			args: []arg{{kind: argCacheK, id: op.Layer}, {kind: argCacheV, id: op.Layer}, buf(op.A), buf(op.B), meta,
-				metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(c.KVDim), i32(c.Capacity)}}, nil
+				metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(c.KVDim), i32(c.Capacity)}})
 
 	case backend.OpAttention:
-		if err := bufOK(op.Out, op.A); err != nil {
-			return call{}, err
-		}
-		if op.Layer < 0 || op.Layer >= len(p.Caches) {
-			return call{}, fmt.Errorf("attention over layer %d of %d", op.Layer, len(p.Caches))
-		}
-		c := p.Caches[op.Layer]
-		if op.NKV <= 0 || op.NHeads%op.NKV != 0 || op.HeadDim <= 0 || op.HeadDim > maxHeadDim ||
-			c.KVDim != op.NKV*op.HeadDim || cols(op.A) != op.NHeads*op.HeadDim || cols(op.Out) != cols(op.A) {
-			return call{}, fmt.Errorf("attention of %d heads (%d kv) of %d over a %d-wide cache", op.NHeads, op.NKV, op.HeadDim, c.KVDim)
-		}
-		if op.Out == op.A {
-			return call{}, fmt.Errorf("attention in place")
-		}
-		need := p.Context
-		if op.Window > 0 {
-			need = min(p.Context, op.Window+p.MaxRows-1)
-		}
-		if c.Capacity < need {
-			return call{}, fmt.Errorf("ring cache of %d positions cannot hold a window of %d plus %d rows", c.Capacity, op.Window, p.MaxRows)
-		}
-		return call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
-			shared: uint32(4 * attentionWarps * (op.HeadDim + 2)),
-			args: []arg{buf(op.Out), buf(op.A), {kind: argCacheK, id: op.Layer}, {kind: argCacheV, id: op.Layer}, meta,
-				metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(op.NHeads), i32(op.NKV), i32(op.HeadDim),
-				i32(c.Capacity), f32(op.Scale), f32(op.Cap), i32(op.Window)}}, nil
+		return planAttention(p, op, meta)
 
 	case backend.OpAdd, backend.OpGLU:
 		if err := bufOK(op.Out, op.A, op.B); err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if cols(op.Out) != cols(op.A) || cols(op.B) != cols(op.A) {
-			return call{}, fmt.Errorf("%s over buffers of %d, %d and %d columns", op.Kind, cols(op.Out), cols(op.A), cols(op.B))
+			return nil, fmt.Errorf("%s over buffers of %d, %d and %d columns", op.Kind, cols(op.Out), cols(op.A), cols(op.B))
 		}
 		c := call{kernel: "add", gridX: blocks(cols(op.A), elemBlock), gridY: rows, block: elemBlock,
 			args: []arg{buf(op.Out), buf(op.A), buf(op.B), meta, i32(which), i32(cols(op.A))}}
 		if op.Kind == backend.OpGLU {
 			if op.Act != backend.ActSiLU && op.Act != backend.ActGELUTanh {
-				return call{}, fmt.Errorf("unknown activation %d", op.Act)
+				return nil, fmt.Errorf("unknown activation %d", op.Act)
 			}
 			c.kernel = "glu"
 			c.args = append(c.args, i32(op.Act))
 		}
-		return c, nil
+		return one(c)
 
 	case backend.OpGather:
 		if err := bufOK(op.Out, op.A); err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if cols(op.Out) != cols(op.A) || op.Out == op.A {
-			return call{}, fmt.Errorf("gather between buffers %d and %d of %d and %d columns", op.A, op.Out, cols(op.A), cols(op.Out))
+			return nil, fmt.Errorf("gather between buffers %d and %d of %d and %d columns", op.A, op.Out, cols(op.A), cols(op.Out))
 		}
-		return call{kernel: "gather", gridX: blocks(cols(op.A), elemBlock), gridY: gridSelected, block: elemBlock,
-			args: []arg{buf(op.Out), buf(op.A), meta, metaField(fieldSelected, p.MaxRows), i32(cols(op.A))}}, nil
+		return one(call{kernel: "gather", gridX: blocks(cols(op.A), elemBlock), gridY: gridSelected, block: elemBlock,
+			args: []arg{buf(op.Out), buf(op.A), meta, metaField(fieldSelected, p.MaxRows), i32(cols(op.A))}})
 
 	case backend.OpSoftcap:
 		if err := bufOK(op.Out, op.A); err != nil {
-			return call{}, err
+			return nil, err
 		}
 		if !(op.Cap > 0) || cols(op.Out) != cols(op.A) {
-			return call{}, fmt.Errorf("soft-cap %g from %d to %d columns", op.Cap, cols(op.A), cols(op.Out))
+			return nil, fmt.Errorf("soft-cap %g from %d to %d columns", op.Cap, cols(op.A), cols(op.Out))
 		}
-		return call{kernel: "softcap", gridX: blocks(cols(op.A), elemBlock), gridY: rows, block: elemBlock,
-			args: []arg{buf(op.Out), buf(op.A), meta, i32(which), i32(cols(op.A)), f32(op.Cap)}}, nil
+		return one(call{kernel: "softcap", gridX: blocks(cols(op.A), elemBlock), gridY: rows, block: elemBlock,
+			args: []arg{buf(op.Out), buf(op.A), meta, i32(which), i32(cols(op.A)), f32(op.Cap)}})
 	}
-	return call{}, fmt.Errorf("unsupported op %s", op.Kind)
+	return nil, fmt.Errorf("unsupported op %s", op.Kind)
+}
+
+// opOutput is the buffer an op writes, if any.
+func opOutput(op *backend.Op) (backend.BufID, bool) {
+	switch op.Kind {
+	case backend.OpRope:
+		return op.A, true
+	case backend.OpStoreKV:
+		return 0, false
+	}
+	return op.Out, true
 }

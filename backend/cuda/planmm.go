@@ -1,0 +1,141 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// need grows scratch area id to at least n bytes.
+func (pl *planned) need(id, n int) {
+	pl.scratch[id] = max(pl.scratch[id], int64(n))
+}
+
+func rowsOf(which int) gridRows {
+	if which == metaSelected {
+		return gridSelected
+	}
+	return gridAll
+}
+
+// rowsPerBlock picks how many output rows a matrix-vector block covers (its
+// four warps split each row's K among 4/rpb of them) so that a launch has
+// at least two blocks per multiprocessor.
+func rowsPerBlock(n, sms int) int {
+	switch {
+	case n/4 >= 2*sms:
+		return 4
+	case n/2 >= 2*sms:
+		return 2
+	}
+	return 1
+}
+
+// planMatMul returns a checked product's launches: the matrix-vector
+// kernel (after quantizing the input rows to int8 for Q8_0 and Q4_0
+// weights) and, where cuBLAS can take the product, for large counts the
+// f16 conversions of input and weight, the product and the bias. resid >=
+// 0 names a residual the matrix-vector kernel adds its result to.
+func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, m *matInfo, which int, opt planOptions, resid backend.BufID) []call {
+	t := weightTypes[m.typ]
+	meta := metaField(-1, p.MaxRows)
+	k, n := m.cols, m.rows
+	useGemm := opt.gemm && m.typ != "F32" && k%8 == 0 && (m.typ == "F16" || int64(n)*int64(k)*2 <= maxW16Bytes)
+	mvCond := always
+	if useGemm {
+		mvCond = small
+	}
+	var calls []call
+	x, ds := buf(op.A), null
+	if m.quantized() {
+		if !st.holds(st.q8, op.A, which, mvCond) {
+			calls = append(calls, call{kernel: "quantize_q8", gridX: blocks(k/32, 8), gridY: rowsOf(which), block: 256, cond: mvCond,
+				args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.A), meta, i32(which), i32(k)}})
+			st.q8 = &scratchHolds{buf: op.A, which: which, cond: mvCond}
+		}
+		x, ds = scratch(scratchQ8), scratch(scratchQ8DS)
+		pl.need(scratchQ8, p.MaxRows*k)
+		pl.need(scratchQ8DS, p.MaxRows*k/32*8)
+	}
+	rpb := rowsPerBlock(n, opt.sms)
+	r, b := null, null
+	if resid >= 0 {
+		r = buf(resid)
+	}
+	if op.Bias != backend.NoWeight {
+		b = weight(op.Bias)
+	}
+	calls = append(calls, call{kernel: "matvec_" + t, gridX: blocks(n, rpb), gridY: gridOne, block: 32 * mvWarps, cond: mvCond,
+		args: []arg{buf(op.Out), r, x, ds, weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b, meta, i32(which), i32(k), i32(n), i32(rpb)}})
+	if !useGemm {
+		return calls
+	}
+	conv := call{kernel: "to_f16", gridX: blocks(k, elemBlock), gridY: rowsOf(which), block: elemBlock, cond: large,
+		args: []arg{scratch(scratchX16), buf(op.A), meta, i32(which), i32(k)}}
+	if m.quantized() {
+		conv.kernel, conv.gridX, conv.block = "to_f16_q8", blocks(k/32, 8), 256
+	}
+	if !st.holds(st.x16, op.A, which, large) || st.x16.kernel != conv.kernel {
+		calls = append(calls, conv)
+		st.x16 = &scratchHolds{buf: op.A, which: which, cond: large, kernel: conv.kernel}
+	}
+	pl.need(scratchX16, p.MaxRows*k*2)
+	w := weight(op.W)
+	if m.typ != "F16" {
+		calls = append(calls, call{kernel: "deq_f16_" + t, gridX: blocks(n*k/8, elemBlock), gridY: gridOne, block: elemBlock, cond: large,
+			args: []arg{scratch(scratchW16), weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), i32(n), i32(k)}})
+		w = scratch(scratchW16)
+		pl.need(scratchW16, n*k*2)
+	}
+	calls = append(calls, call{cond: large, gemm: &gemm{out: buf(op.Out), x: scratch(scratchX16), w: w, n: n, k: k}})
+	if op.Bias != backend.NoWeight {
+		calls = append(calls, call{kernel: "add_bias", gridX: blocks(n, elemBlock), gridY: rowsOf(which), block: elemBlock, cond: large,
+			args: []arg{buf(op.Out), weight(op.Bias), meta, i32(which), i32(n)}})
+	}
+	return calls
+}
+
+// planAttention checks an attention op and returns the decode kernel and,
+// where the head size suits it, the tiled kernel for large batches.
+func planAttention(p *backend.Program, op *backend.Op, meta arg) ([]call, error) {
+	for _, id := range []backend.BufID{op.Out, op.A} {
+		if id < 0 || int(id) >= len(p.Bufs) {
+			return nil, fmt.Errorf("buffer %d out of range", id)
+		}
+	}
+	if op.Layer < 0 || op.Layer >= len(p.Caches) {
+		return nil, fmt.Errorf("attention over layer %d of %d", op.Layer, len(p.Caches))
+	}
+	c := p.Caches[op.Layer]
+	hd := op.HeadDim
+	if op.NKV <= 0 || op.NHeads%op.NKV != 0 || hd <= 0 || hd > maxHeadDim ||
+		c.KVDim != op.NKV*hd || p.Bufs[op.A] != op.NHeads*hd || p.Bufs[op.Out] != p.Bufs[op.A] {
+		return nil, fmt.Errorf("attention of %d heads (%d kv) of %d over a %d-wide cache", op.NHeads, op.NKV, hd, c.KVDim)
+	}
+	if op.Out == op.A {
+		return nil, fmt.Errorf("attention in place")
+	}
+	need := p.Context
+	if op.Window > 0 {
+		need = min(p.Context, op.Window+p.MaxRows-1)
+	}
+	if c.Capacity < need {
+		return nil, fmt.Errorf("ring cache of %d positions cannot hold a window of %d plus %d rows", c.Capacity, op.Window, p.MaxRows)
+	}
+	args := []arg{buf(op.Out), buf(op.A), {kind: argCacheK, id: op.Layer}, {kind: argCacheV, id: op.Layer}, meta,
+		metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(op.NHeads), i32(op.NKV), i32(hd),
+		i32(c.Capacity), f32(op.Scale), f32(op.Cap), i32(op.Window)}
+	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
+		shared: uint32(4 * attentionWarps * (hd + 2)), args: args, which: metaRows}
+	if hd%4 != 0 || hd > 128 {
+		return []call{dec}, nil
+	}
+	kernel, qpw := "attention_tiled_64", 4
+	if hd > 64 {
+		kernel, qpw = "attention_tiled_128", 2
+	}
+	dec.cond = small
+	tiled := call{kernel: kernel, gridX: uint32(op.NKV), gridY: gridTiles, block: 32 * attTileWarps, cond: large, which: metaRows,
+		shared: uint32(4 * (attTileKeys*(hd+4) + attTileKeys*hd + attTileWarps*qpw*hd + attTileWarps*attTileKeys)), args: args}
+	return []call{dec, tiled}, nil
+}

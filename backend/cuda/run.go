@@ -1,0 +1,248 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// Capture modes (CUstreamCaptureMode): relaxed lets other threads of the
+// process use the driver while a graph is being captured.
+const captureRelaxed = 2
+
+// Run implements backend.Exec: it stages the batch into meta, runs the
+// launches that apply to the batch on the default stream (a small batch
+// as one graph replay) and copies the selected rows' logits, or hidden
+// states, back, which waits for the kernels.
+func (e *exec) Run(b *backend.Batch, out []float32) error {
+	if e.closed {
+		return errClosed
+	}
+	p := e.p
+	if err := p.Validate(b); err != nil {
+		return err
+	}
+	width, src := p.Vocab, p.Logits
+	if b.HiddenOnly {
+		width, src = p.Dim, p.Hidden
+	}
+	if len(out) != len(b.Selected)*width {
+		return fmt.Errorf("cuda: output buffer of %d floats, want %d", len(out), len(b.Selected)*width)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d, c := e.be.drv, &e.sys
+	if e.be.closed {
+		return errBackendClosed
+	}
+	c[0] = e.be.ctx
+	if r := c.call(d.ctxSetCurrent, 1); r != 0 {
+		return fmt.Errorf("cuda: cuCtxSetCurrent: %w", d.err(r))
+	}
+	rows, sel := len(b.Tokens), len(b.Selected)
+	h, m := e.host, p.MaxRows
+	h[metaRows], h[metaSelected] = int32(rows), int32(sel)
+	copy(h[metaArrays+fieldTokens*m:], b.Tokens)
+	copy(h[metaArrays+fieldPos*m:], b.Pos)
+	copy(h[metaArrays+fieldSlots*m:], b.Slots)
+	copy(h[metaArrays+fieldSelected*m:], b.Selected)
+	*c = callArgs{uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(4 * len(h))}
+	if r := c.call(d.memcpyHtoD, 3); r != 0 {
+		return fmt.Errorf("cuda: copying the batch: %w", d.err(r))
+	}
+	hidden := 0
+	if b.HiddenOnly {
+		hidden = 1
+	}
+	if rows <= smallRows && !e.debugSync {
+		g := &e.graphs[rows][sel][hidden]
+		if *g == 0 {
+			if err := e.capture(g, rows, sel, b.HiddenOnly); err != nil {
+				return err
+			}
+		}
+		*c = callArgs{*g, 0}
+		if r := c.call(d.graphLaunch, 2); r != 0 {
+			return fmt.Errorf("cuda: replaying the plan for %d rows: %w", rows, d.err(r))
+		}
+	} else {
+		for i := range e.launches {
+			l := &e.launches[i]
+			if !l.runs(rows, sel, b.HiddenOnly) {
+				continue
+			}
+			r := e.launch(l, rows, sel, 0)
+			if r == 0 && e.debugSync {
+				r = d.cuCtxSynchronize()
+			}
+			if r != 0 {
+				op := &p.Ops[l.op]
+				return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
+			}
+		}
+	}
+	*c = callArgs{uintptr(unsafe.Pointer(&out[0])), uintptr(e.bufs[src]), uintptr(4 * len(out))}
+	r := c.call(d.memcpyDtoH, 3)
+	runtime.KeepAlive(out)
+	if r != 0 {
+		return fmt.Errorf("cuda: running the plan: %w", d.err(r))
+	}
+	return nil
+}
+
+// runs reports whether a launch applies to a batch of rows rows, sel
+// selected.
+func (l *launch) runs(rows, sel int, hidden bool) bool {
+	if hidden && l.head {
+		return false
+	}
+	n := rows
+	if l.which == metaSelected {
+		n = sel
+	}
+	switch l.cond {
+	case small:
+		return n <= smallRows
+	case large:
+		return n > smallRows
+	}
+	return true
+}
+
+// launch issues one kernel (or cuBLAS product) on stream.
+func (e *exec) launch(l *launch, rows, sel int, stream uintptr) cuResult {
+	c := &e.sys
+	n := rows
+	if l.which == metaSelected {
+		n = sel
+	}
+	if g := l.gemm; g != nil {
+		be := e.be
+		*c = callArgs{be.blasHandle, blasOpT, blasOpN, uintptr(g.n), uintptr(n), uintptr(g.k),
+			uintptr(unsafe.Pointer(&e.alpha)), uintptr(g.w), blasR16F, uintptr(g.k), uintptr(g.x), blasR16F, uintptr(g.k),
+			uintptr(unsafe.Pointer(&e.beta)), uintptr(g.out), blasR32F, uintptr(g.n), blasCompute32F, blasAlgoDefault}
+		return c.call(be.blas.gemmEx, 19)
+	}
+	gy := uintptr(1)
+	switch l.gridY {
+	case gridAll:
+		gy = uintptr(rows)
+	case gridSelected:
+		gy = uintptr(sel)
+	case gridTiles:
+		gy = uintptr((rows + attTileRows - 1) / attTileRows)
+	}
+	*c = callArgs{l.fn, uintptr(l.gridX), gy, 1, uintptr(l.block), 1, 1, uintptr(l.shared), stream, l.params, 0}
+	return c.call(e.be.drv.launchKernel, 11)
+}
+
+// launchErr describes a failed launch's result.
+func (e *exec) launchErr(l *launch, r cuResult) error {
+	if l.gemm != nil {
+		return fmt.Errorf("cublasGemmEx (%d×%d by %d): status %d", l.gemm.n, l.gemm.k, l.which, r)
+	}
+	return e.be.drv.err(r)
+}
+
+// capture records every launch of a batch shape into a graph on the
+// exec's stream and instantiates it into *g.
+func (e *exec) capture(g *uintptr, rows, sel int, hidden bool) error {
+	d := e.be.drv
+	if r := d.cuStreamBeginCapture(e.stream, captureRelaxed); r != 0 {
+		return fmt.Errorf("cuda: starting a graph capture: %w", d.err(r))
+	}
+	var failed error
+	for i := range e.launches {
+		l := &e.launches[i]
+		if !l.runs(rows, sel, hidden) {
+			continue
+		}
+		if l.gemm != nil {
+			failed = fmt.Errorf("cuda: op %d: a cuBLAS product in a small batch", l.op)
+			break
+		}
+		if r := e.launch(l, rows, sel, e.stream); r != 0 {
+			op := &e.p.Ops[l.op]
+			failed = fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, d.err(r))
+			break
+		}
+	}
+	var graph uintptr
+	r := d.cuStreamEndCapture(e.stream, &graph)
+	if failed != nil {
+		if graph != 0 {
+			d.cuGraphDestroy(graph)
+		}
+		return failed
+	}
+	if r != 0 {
+		return fmt.Errorf("cuda: capturing the plan for %d rows: %w", rows, d.err(r))
+	}
+	defer d.cuGraphDestroy(graph)
+	if r := d.cuGraphInstantiate(g, graph, 0); r != 0 {
+		*g = 0
+		return fmt.Errorf("cuda: instantiating the plan for %d rows: %w", rows, d.err(r))
+	}
+	return nil
+}
+
+// WriteRows implements backend.RowWriter: rows of buf from src ([rows,
+// cols] row-major), before the next Run.
+func (e *exec) WriteRows(buf backend.BufID, src []float32) error {
+	if e.closed {
+		return errClosed
+	}
+	if buf < 0 || int(buf) >= len(e.p.Bufs) {
+		return fmt.Errorf("cuda: buffer %d out of range", buf)
+	}
+	cols := e.p.Bufs[buf]
+	if len(src) == 0 || len(src)%cols != 0 || len(src)/cols > e.p.MaxRows {
+		return fmt.Errorf("cuda: %d floats for buffer %d of %d columns and %d rows", len(src), buf, cols, e.p.MaxRows)
+	}
+	defer runtime.UnlockOSThread()
+	if err := e.be.current(); err != nil {
+		return err
+	}
+	return e.copyIn(e.bufs[buf], f32Bytes(src), fmt.Sprintf("rows of buffer %d", buf))
+}
+
+// ReadKeys implements backend.KeyReader.
+func (e *exec) ReadKeys(layer, slot, pos, n int, dst []float32) error {
+	if e.closed {
+		return errClosed
+	}
+	p := e.p
+	if layer < 0 || layer >= len(e.kv) || slot < 0 || slot >= p.Slots || pos < 0 || n < 0 || pos+n > p.Context {
+		return fmt.Errorf("cuda: keys of layer %d slot %d positions [%d,%d) out of range", layer, slot, pos, pos+n)
+	}
+	c := p.Caches[layer]
+	if len(dst) != n*c.KVDim {
+		return fmt.Errorf("cuda: key buffer of %d floats, want %d", len(dst), n*c.KVDim)
+	}
+	if n > c.Capacity {
+		return fmt.Errorf("cuda: layer %d keeps only the last %d positions", layer, c.Capacity)
+	}
+	if n == 0 || c.KVDim == 0 {
+		return nil
+	}
+	defer runtime.UnlockOSThread()
+	if err := e.be.current(); err != nil {
+		return err
+	}
+	d := e.be.drv
+	for i := 0; i < n; i++ {
+		at := uint64((slot*c.Capacity+(pos+i)%c.Capacity)*c.KVDim) * 4
+		row := dst[i*c.KVDim : (i+1)*c.KVDim]
+		if r := d.cuMemcpyDtoH(unsafe.Pointer(&row[0]), e.kv[layer][0]+at, uint64(4*c.KVDim)); r != 0 {
+			return fmt.Errorf("cuda: reading layer %d's keys: %w", layer, d.err(r))
+		}
+	}
+	return nil
+}
+
+var (
+	_ backend.RowWriter = (*exec)(nil)
+	_ backend.KeyReader = (*exec)(nil)
+)
