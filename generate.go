@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/sample"
+	"github.com/weftlm/weft/tokenizer"
 )
 
 // Token is one step of a generation. The last item of every generation has
@@ -65,6 +67,11 @@ type GenerateOptions struct {
 	Overflow  Overflow
 	Logprobs  bool // report each token's logprob
 	TopN      int  // and the TopN most probable alternatives
+	// JSON constrains the output to one JSON object (OpenAI's
+	// response_format json_object): at every step only tokens that keep
+	// the text a valid prefix may be sampled, and generation ends when the
+	// object closes.
+	JSON bool
 
 	// addSpecial adds BOS (per the model) when encoding the prompt;
 	// parseSpecial recognises special-token text in it (chat templates).
@@ -115,6 +122,9 @@ func WithStop(s ...string) GenerateOption {
 
 // WithOverflow chooses what happens when the context is too small.
 func WithOverflow(o Overflow) GenerateOption { return func(g *GenerateOptions) { g.Overflow = o } }
+
+// WithJSON constrains the output to a single JSON object.
+func WithJSON() GenerateOption { return func(g *GenerateOptions) { g.JSON = true } }
 
 // WithLogprobs reports each token's log-probability and the top n others.
 func WithLogprobs(n int) GenerateOption {
@@ -271,6 +281,10 @@ type stream struct {
 	generated int
 	notices   []string
 	topBuf    []sample.TokenLogProb
+
+	json   *constrain.JSON // the output so far, when constrained to JSON
+	masker *constrain.Masker
+	masked []float32 // logits with the disallowed tokens at -Inf
 }
 
 // textDecoder turns ids into text whole characters at a time.
@@ -322,7 +336,34 @@ func (m *Model) newStream(ids []int32, g GenerateOptions) (*stream, error) {
 		st.dec = noText{}
 	}
 	st.stops = newStopMatcher(g.Stop)
+	if g.JSON {
+		if m.tok == nil {
+			return nil, ErrNoTokenizer
+		}
+		st.json, st.masker = &constrain.JSON{}, m.jsonMasker()
+		st.masked = make([]float32, m.eng.Vocab())
+	}
 	return st, nil
+}
+
+// jsonMasker builds, once, the token texts JSON-constrained sampling needs.
+func (m *Model) jsonMasker() *constrain.Masker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.masker == nil {
+		v := m.eng.Vocab()
+		pieces, eog := make([]string, v), make([]bool, v)
+		for id := range v {
+			if id < m.tok.Len() {
+				eog[id] = m.tok.IsEOG(int32(id))
+				if t := m.tok.Type(int32(id)); t != tokenizer.TypeControl && t != tokenizer.TypeUnknown && t != tokenizer.TypeUnused {
+					pieces[id] = m.tok.Piece(int32(id))
+				}
+			}
+		}
+		m.masker = constrain.NewMasker(pieces, eog)
+	}
+	return m.masker
 }
 
 func (st *stream) notice(s string) { st.notices = append(st.notices, s) }
@@ -332,7 +373,15 @@ func (st *stream) next(logits []float32) (Token, error) {
 	if st.g.MaxTokens > 0 && st.generated >= st.g.MaxTokens {
 		return st.finish("length"), nil
 	}
-	id, err := st.sampler.Sample(logits, st.context)
+	pick := logits
+	if st.json != nil {
+		copy(st.masked, logits)
+		if st.masker.Apply(st.json, st.masked) == 0 {
+			return st.finish("stop"), nil
+		}
+		pick = st.masked
+	}
+	id, err := st.sampler.Sample(pick, st.context)
 	if err != nil {
 		return Token{}, err
 	}
@@ -353,6 +402,12 @@ func (st *stream) next(logits []float32) (Token, error) {
 	tok.Text = text
 	if stopped {
 		tok.Done, tok.FinishReason, tok.Notices = true, "stop", st.notices
+	}
+	if st.json != nil && !tok.Done {
+		st.json.FeedString(st.m.tok.Piece(id))
+		if st.json.Complete() {
+			return st.last(tok, "stop"), nil
+		}
 	}
 	return tok, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/weftlm/weft/backend/cuda"
 	"github.com/weftlm/weft/backend/split"
 	"github.com/weftlm/weft/chat"
+	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/modelpath"
 	"github.com/weftlm/weft/tokenizer"
@@ -110,7 +111,8 @@ type Model struct {
 
 	mu       sync.Mutex
 	metrics  Metrics
-	template *chat.Template // parsed on first use
+	template *chat.Template    // parsed on first use
+	masker   *constrain.Masker // token texts for JSON-constrained sampling, built on first use
 	closed   bool
 	closeMu  sync.RWMutex // held for reading while a request runs
 }

@@ -2,6 +2,7 @@ package weft
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -422,5 +423,25 @@ func TestContextFullKeepsLastToken(t *testing.T) {
 	all := append(ids, last.ID)
 	if want := m.Tokenizer().Decode(all); text != want {
 		t.Errorf("text %q, decoded ids %q", text, want)
+	}
+}
+
+// TestJSONMode: a model that knows nothing of JSON still produces one
+// valid JSON object when constrained, and stops when it closes.
+func TestJSONMode(t *testing.T) {
+	m := loadStories(t)
+	for _, seed := range []uint64{1, 2, 3} {
+		text, _, last := collect(t, m.Generate(context.Background(), "Once upon a time", WithJSON(), WithSeed(seed), WithTemperature(1), WithMaxTokens(300)))
+		if last.FinishReason == "length" {
+			continue // the object may not close within the limit
+		}
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(text), &obj); err != nil {
+			t.Errorf("seed %d: %q is not a JSON object: %v", seed, text, err)
+		}
+	}
+	text, _, _ := collect(t, m.Generate(context.Background(), "", WithJSON(), WithTemperature(0), WithMaxTokens(40)))
+	if !strings.HasPrefix(strings.TrimSpace(text), "{") {
+		t.Errorf("greedy JSON output %q does not open an object", text)
 	}
 }
