@@ -88,8 +88,14 @@ func (s *sampling) options(vocab, defaultMax int) (weft.GenerateOptions, error) 
 		}
 		g.MaxTokens = *lim.v // the later, max_completion_tokens, wins
 	}
-	if s.ResponseFormat != nil && s.ResponseFormat.Type != "" && s.ResponseFormat.Type != "text" {
-		return g, badRequest("response_format", "response_format type %q is not supported: this server cannot constrain output to JSON; ask for JSON in the prompt and send type \"text\" or leave it out", s.ResponseFormat.Type)
+	if s.ResponseFormat != nil {
+		switch s.ResponseFormat.Type {
+		case "", "text":
+		case "json_object":
+			g.JSON = true // sampling is constrained to one JSON object
+		default:
+			return g, badRequest("response_format", "response_format type %q is not supported: use \"json_object\" (any JSON object) or \"text\"", s.ResponseFormat.Type)
+		}
 	}
 
 	p := sample.Params{Temperature: 1} // OpenAI's default temperature

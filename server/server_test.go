@@ -166,7 +166,7 @@ func TestErrors(t *testing.T) {
 		{"prompt too long", chatTS.URL, "POST", "/v1/completions", long, nil, 400, "prompt", "context_length_exceeded", "the prompt is 402 tokens but the model's context holds 64"},
 		{"chat prompt too long", chatTS.URL, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "` + strings.Repeat("hi ", 100) + `"}]}`, nil, 400, "messages", "context_length_exceeded", "context holds 64"},
 		{"body over the limit", chatTS.URL, "POST", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 4096) + `"}`, nil, 413, "", "request_too_large", "limit of 2048 bytes"},
-		{"json_object", chatTS.URL, "POST", "/v1/chat/completions", `{` + msgs + `, "response_format": {"type": "json_object"}}`, nil, 400, "response_format", "", "cannot constrain output to JSON"},
+		{"json_schema", chatTS.URL, "POST", "/v1/chat/completions", `{` + msgs + `, "response_format": {"type": "json_schema"}}`, nil, 400, "response_format", "", `use "json_object"`},
 		{"top_logprobs without logprobs", chatTS.URL, "POST", "/v1/chat/completions", `{` + msgs + `, "top_logprobs": 2}`, nil, 400, "top_logprobs", "", "needs logprobs"},
 		{"no messages", chatTS.URL, "POST", "/v1/chat/completions", `{"messages": []}`, nil, 400, "messages", "", "messages is required"},
 		{"message not an object", chatTS.URL, "POST", "/v1/chat/completions", `{"messages": ["Hi"]}`, nil, 400, "messages[0]", "", "messages[0]: want"},

@@ -138,12 +138,24 @@ await check("errors", async () => {
   assert.equal(err.code, "context_length_exceeded");
   assert.match(err.message, /the prompt is \d+ tokens but the model's context holds 256/);
   err = await apiError(400, () => client.chat.completions.create({
-    model, messages: [{ role: "user", content: "Hi" }], response_format: { type: "json_object" },
+    model, messages: [{ role: "user", content: "Hi" }], response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } },
   }));
   assert.equal(err.param, "response_format");
   const wrongKey = new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 });
   err = await apiError(401, () => wrongKey.models.list());
   assert.ok(err instanceof OpenAI.AuthenticationError);
+});
+
+await check("json mode", async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "Give me JSON." }], response_format: { type: "json_object" },
+    max_tokens: 400, seed: 3,
+  });
+  const text = r.choices[0].message.content;
+  assert.ok(text.startsWith("{"), `json_object reply starts ${JSON.stringify(text.slice(0, 20))}`);
+  if (r.choices[0].finish_reason === "stop") {
+    assert.equal(typeof JSON.parse(text), "object");
+  }
 });
 
 console.log(`all ${checks} checks passed`);
