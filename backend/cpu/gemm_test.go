@@ -198,3 +198,40 @@ func TestActivationQuantization(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGEMM times one thread multiplying a 2048×2048 weight (a 1B
+// model's attention projection) by 1 activation row (decode) and by 64
+// (a prefill chunk), per kernel level; GB/s counts weight bytes.
+func BenchmarkGEMM(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	const rows, cols = 2048, 2048
+	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.Q8_0, ggml.Q4_K, ggml.Q6_K, ggml.F16} {
+		t := &testing.T{}
+		raw, _ := randomWeight(t, typ, rows, cols, rng)
+		for _, k := range isas {
+			p, err := pack(formats[typ], rows, cols, raw, k.signed8, 2)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, n := range []int{1, 64} {
+				b.Run(fmt.Sprintf("%s/%s/n%d", typ, k.name, n), func(b *testing.B) {
+					lay := layoutFor(p.f, cols, min(n, k.group))
+					act := make([]byte, lay.bytes(n))
+					x := make([]float32, cols)
+					for i := range x {
+						x[i] = float32(rng.NormFloat64())
+					}
+					for c := range n {
+						k.convert(lay, x, act, c)
+					}
+					dst := make([]float32, n*rows)
+					scratch := make([]float32, tileRows*k.group)
+					b.SetBytes(int64(len(raw)))
+					for b.Loop() {
+						p.mulTiles(k, act, lay, n, dst, rows, 0, p.tiles, scratch)
+					}
+				})
+			}
+		}
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/weftlm/weft/backend/cpu"
@@ -34,6 +36,7 @@ type benchResult struct {
 // benchSpec is what one bench run measures.
 type benchSpec struct {
 	prompt, gen, repeats, threads, batch int
+	profile                              io.Writer // CPU profile of the timed runs, if set
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,6 +49,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
 	asJSON := fs.Bool("json", false, "print a JSON list instead of a table")
+	profile := fs.String("cpuprofile", "", "write a Go CPU profile of the timed runs to this file")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -60,6 +64,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --threads %d: need at least one", errUsage, s.threads)
 	case s.batch < 1:
 		return fmt.Errorf("%w: -b %d: need at least one", errUsage, s.batch)
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		s.profile = f
 	}
 	results, err := bench(ctx, *model, s)
 	if err != nil {
@@ -146,6 +158,12 @@ func bench(ctx context.Context, path string, s benchSpec) ([]benchResult, error)
 		r := benchResult{Test: name, Threads: s.threads, ModelBytes: modelBytes}
 		if err := warm(); err != nil {
 			return err
+		}
+		if s.profile != nil {
+			if err := pprof.StartCPUProfile(s.profile); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
 		}
 		for range s.repeats {
 			if err := ctx.Err(); err != nil {

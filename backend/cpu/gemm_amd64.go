@@ -1,0 +1,159 @@
+//go:build amd64 && !purego
+
+package cpu
+
+//go:generate go run ./asmgen -o kernels_amd64.s -go kernels_amd64.go
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// kargs is the argument block of the assembly kernels (field offsets are
+// fixed in asmgen).
+type kargs struct {
+	w          unsafe.Pointer // first tile
+	tiles      int
+	tileBytes  int
+	nb         int // blocks per row
+	blockBytes int
+	act        unsafe.Pointer // first record of the first column
+	stride     int            // bytes between a column's records
+	dst        unsafe.Pointer // first output of the first column
+	ld4        int            // bytes between output columns
+	negOff     [8]int32       // −offset in every lane
+	lvOff      int            // levels within a block
+	scOff      int            // k-quants: sub-block scales within a block
+	mnOff      int            // k-quants: sub-block mins within a block
+}
+
+type asmKernel func(a *kargs)
+
+// kernelPair is the single-column kernel and the widest one of a format
+// on one instruction set.
+type kernelPair struct {
+	one, many asmKernel
+	width     int // columns of many
+}
+
+// kernel tables by instruction set, family and variant (see variantOf)
+var (
+	avx2Kernels = map[family]map[string]kernelPair{
+		famLegacy: {
+			"U4":    {legacyU4AVX21, legacyU4AVX24, 4},
+			"U4Min": {legacyU4MinAVX21, legacyU4MinAVX24, 4},
+			"U8":    {legacyU8AVX21, legacyU8AVX24, 4},
+			"U8Min": {legacyU8MinAVX21, legacyU8MinAVX24, 4},
+			"S8":    {legacyS8AVX21, legacyS8AVX24, 4},
+		},
+		famK: {
+			"32U4Min": {k32U4MinAVX21, k32U4MinAVX22, 2},
+			"32U8Min": {k32U8MinAVX21, k32U8MinAVX22, 2},
+			"32S8":    {k32S8AVX21, k32S8AVX22, 2},
+			"16U8":    {k16U8AVX21, k16U8AVX22, 2},
+			"16U4":    {k16U4AVX21, k16U4AVX22, 2},
+			"16U4Min": {k16U4MinAVX21, k16U4MinAVX22, 2},
+		},
+		famFloat: {
+			"F32":  {floatF32AVX21, floatF32AVX24, 4},
+			"F16":  {floatF16AVX21, floatF16AVX24, 4},
+			"BF16": {floatBF16AVX21, floatBF16AVX24, 4},
+		},
+	}
+	vnniKernels = map[family]map[string]kernelPair{
+		famLegacy: {
+			"U4":    {legacyU4VNNI1, legacyU4VNNI8, 8},
+			"U4Min": {legacyU4MinVNNI1, legacyU4MinVNNI8, 8},
+			"U8":    {legacyU8VNNI1, legacyU8VNNI8, 8},
+			"U8Min": {legacyU8MinVNNI1, legacyU8MinVNNI8, 8},
+		},
+		famK: {
+			"32U4Min": {k32U4MinVNNI1, k32U4MinVNNI4, 4},
+			"32U8Min": {k32U8MinVNNI1, k32U8MinVNNI4, 4},
+			"32U8":    {k32U8VNNI1, k32U8VNNI4, 4},
+			"16U8":    {k16U8VNNI1, k16U8VNNI4, 4},
+			"16U4":    {k16U4VNNI1, k16U4VNNI4, 4},
+			"16U4Min": {k16U4MinVNNI1, k16U4MinVNNI4, 4},
+		},
+		famFloat: {
+			"F32":  {floatF32VNNI1, floatF32VNNI8, 8},
+			"F16":  {floatF16VNNI1, floatF16VNNI8, 8},
+			"BF16": {floatBF16VNNI1, floatBF16VNNI8, 8},
+		},
+	}
+)
+
+func init() {
+	x := cpu.X86
+	if !x.HasAVX2 || !x.HasFMA || !x.HasF16C {
+		return
+	}
+	avx2 := &isa{name: "avx2", group: 4, signed8: true, convert: actLayout.convertRow, dot: dotGo, axpy: axpyGo}
+	avx2.gemm = func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+		gemmAsm(avx2Kernels, p, w, tiles, act, stride, cols, dst, ld)
+	}
+	isas = append([]*isa{avx2}, isas...)
+	if x.HasAVX512F && x.HasAVX512VL && x.HasAVX512BW && x.HasAVX512VNNI {
+		vnni := &isa{name: "avx512vnni", group: 8, convert: actLayout.convertRow, dot: dotGo, axpy: axpyGo}
+		vnni.gemm = func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+			gemmAsm(vnniKernels, p, w, tiles, act, stride, cols, dst, ld)
+		}
+		isas = append([]*isa{vnni}, isas...)
+	}
+}
+
+// variantOf names the kernel variant of a packed matrix within its
+// family: the float type, or the sub-block size (k-quants) and the level
+// form.
+func variantOf(p *packed) string {
+	f := p.f
+	if f.family == famFloat {
+		return f.typ.String()
+	}
+	v := "U8"
+	switch {
+	case p.signed8:
+		v = "S8"
+	case f.u4 && f.hasMin:
+		v = "U4Min"
+	case f.u4:
+		v = "U4"
+	case f.hasMin:
+		v = "U8Min"
+	}
+	if f.family == famK {
+		return fmt.Sprint(f.sub, v)
+	}
+	return v
+}
+
+// gemmAsm runs the assembly kernels of the packed matrix's format (the
+// portable ones for formats without them). The slices are checked against
+// the extents the kernels touch.
+func gemmAsm(kernels map[family]map[string]kernelPair, p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+	k, ok := kernels[p.f.family][variantOf(p)]
+	if !ok {
+		gemmGo(p, w, tiles, act, stride, cols, dst, ld)
+		return
+	}
+	rec := layoutFor(p.f, p.cols, 1).rec
+	if len(w) < tiles*p.tileBytes || len(act) < (p.nb-1)*stride+cols*rec || len(dst) < (cols-1)*ld+tiles*tileRows {
+		panic("cpu: gemm operands smaller than their shapes")
+	}
+	a := kargs{w: unsafe.Pointer(&w[0]), tiles: tiles, tileBytes: p.tileBytes, nb: p.nb, blockBytes: p.blockBytes,
+		stride: stride, ld4: 4 * ld, lvOff: p.levelsOff(), scOff: p.scOff(), mnOff: p.mnOff()}
+	for i := range a.negOff {
+		a.negOff[i] = -p.offset()
+	}
+	c := 0
+	for ; cols-c >= k.width; c += k.width {
+		a.act, a.dst = unsafe.Pointer(&act[c*rec]), unsafe.Pointer(&dst[c*ld])
+		k.many(&a)
+	}
+	for ; c < cols; c++ {
+		a.act, a.dst = unsafe.Pointer(&act[c*rec]), unsafe.Pointer(&dst[c*ld])
+		k.one(&a)
+	}
+}
