@@ -29,58 +29,66 @@ type kargs struct {
 	mnOff      int            // k-quants: sub-block mins within a block
 }
 
-type asmKernel func(a *kargs)
-
 // kernelPair is the single-column kernel and the widest one of a format
-// on one instruction set.
+// on one instruction set, by their numbers in kernelIDs.
 type kernelPair struct {
-	one, many asmKernel
+	one, many int
 	width     int // columns of many
+}
+
+// pair looks up two generated kernels by name.
+func pair(one, many string, width int) kernelPair {
+	a, ok1 := kernelIDs[one]
+	b, ok2 := kernelIDs[many]
+	if !ok1 || !ok2 {
+		panic("cpu: kernel " + one + " or " + many + " was not generated")
+	}
+	return kernelPair{a, b, width}
 }
 
 // kernel tables by instruction set, family and variant (see variantOf)
 var (
 	avx2Kernels = map[family]map[string]kernelPair{
 		famLegacy: {
-			"U4":    {legacyU4AVX21, legacyU4AVX24, 4},
-			"U4Min": {legacyU4MinAVX21, legacyU4MinAVX24, 4},
-			"U8":    {legacyU8AVX21, legacyU8AVX24, 4},
-			"U8Min": {legacyU8MinAVX21, legacyU8MinAVX24, 4},
-			"S8":    {legacyS8AVX21, legacyS8AVX24, 4},
+			"U4":    pair("legacyU4AVX21", "legacyU4AVX24", 4),
+			"U4Min": pair("legacyU4MinAVX21", "legacyU4MinAVX24", 4),
+			"U8":    pair("legacyU8AVX21", "legacyU8AVX24", 4),
+			"U8Min": pair("legacyU8MinAVX21", "legacyU8MinAVX24", 4),
+			"S8":    pair("legacyS8AVX21", "legacyS8AVX24", 4),
 		},
 		famK: {
-			"32U4Min": {k32U4MinAVX21, k32U4MinAVX22, 2},
-			"32U8Min": {k32U8MinAVX21, k32U8MinAVX22, 2},
-			"32S8":    {k32S8AVX21, k32S8AVX22, 2},
-			"16U8":    {k16U8AVX21, k16U8AVX22, 2},
-			"16U4":    {k16U4AVX21, k16U4AVX22, 2},
-			"16U4Min": {k16U4MinAVX21, k16U4MinAVX22, 2},
+			"32U4Min": pair("k32U4MinAVX21", "k32U4MinAVX22", 2),
+			"32U8Min": pair("k32U8MinAVX21", "k32U8MinAVX22", 2),
+			"32S8":    pair("k32S8AVX21", "k32S8AVX22", 2),
+			"16U8":    pair("k16U8AVX21", "k16U8AVX22", 2),
+			"16U4":    pair("k16U4AVX21", "k16U4AVX22", 2),
+			"16U4Min": pair("k16U4MinAVX21", "k16U4MinAVX22", 2),
 		},
 		famFloat: {
-			"F32":  {floatF32AVX21, floatF32AVX24, 4},
-			"F16":  {floatF16AVX21, floatF16AVX24, 4},
-			"BF16": {floatBF16AVX21, floatBF16AVX24, 4},
+			"F32":  pair("floatF32AVX21", "floatF32AVX24", 4),
+			"F16":  pair("floatF16AVX21", "floatF16AVX24", 4),
+			"BF16": pair("floatBF16AVX21", "floatBF16AVX24", 4),
 		},
 	}
 	vnniKernels = map[family]map[string]kernelPair{
 		famLegacy: {
-			"U4":    {legacyU4VNNI1, legacyU4VNNI8, 8},
-			"U4Min": {legacyU4MinVNNI1, legacyU4MinVNNI8, 8},
-			"U8":    {legacyU8VNNI1, legacyU8VNNI8, 8},
-			"U8Min": {legacyU8MinVNNI1, legacyU8MinVNNI8, 8},
+			"U4":    pair("legacyU4VNNI1", "legacyU4VNNI8", 8),
+			"U4Min": pair("legacyU4MinVNNI1", "legacyU4MinVNNI8", 8),
+			"U8":    pair("legacyU8VNNI1", "legacyU8VNNI8", 8),
+			"U8Min": pair("legacyU8MinVNNI1", "legacyU8MinVNNI8", 8),
 		},
 		famK: {
-			"32U4Min": {k32U4MinVNNI1, k32U4MinVNNI4, 4},
-			"32U8Min": {k32U8MinVNNI1, k32U8MinVNNI4, 4},
-			"32U8":    {k32U8VNNI1, k32U8VNNI4, 4},
-			"16U8":    {k16U8VNNI1, k16U8VNNI4, 4},
-			"16U4":    {k16U4VNNI1, k16U4VNNI4, 4},
-			"16U4Min": {k16U4MinVNNI1, k16U4MinVNNI4, 4},
+			"32U4Min": pair("k32U4MinVNNI1", "k32U4MinVNNI4", 4),
+			"32U8Min": pair("k32U8MinVNNI1", "k32U8MinVNNI4", 4),
+			"32U8":    pair("k32U8VNNI1", "k32U8VNNI4", 4),
+			"16U8":    pair("k16U8VNNI1", "k16U8VNNI4", 4),
+			"16U4":    pair("k16U4VNNI1", "k16U4VNNI4", 4),
+			"16U4Min": pair("k16U4MinVNNI1", "k16U4MinVNNI4", 4),
 		},
 		famFloat: {
-			"F32":  {floatF32VNNI1, floatF32VNNI8, 8},
-			"F16":  {floatF16VNNI1, floatF16VNNI8, 8},
-			"BF16": {floatBF16VNNI1, floatBF16VNNI8, 8},
+			"F32":  pair("floatF32VNNI1", "floatF32VNNI8", 8),
+			"F16":  pair("floatF16VNNI1", "floatF16VNNI8", 8),
+			"BF16": pair("floatBF16VNNI1", "floatBF16VNNI8", 8),
 		},
 	}
 )
@@ -90,18 +98,26 @@ func init() {
 	if !x.HasAVX2 || !x.HasFMA || !x.HasF16C {
 		return
 	}
-	avx2 := &isa{name: "avx2", group: 4, signed8: true, convert: actLayout.convertRow, dot: dotGo, axpy: axpyGo}
+	avx2 := &isa{name: "avx2", group: 4, signed8: true}
+	avx2.setVector()
 	avx2.gemm = func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
 		gemmAsm(avx2Kernels, p, w, tiles, act, stride, cols, dst, ld)
 	}
 	isas = append([]*isa{avx2}, isas...)
 	if x.HasAVX512F && x.HasAVX512VL && x.HasAVX512BW && x.HasAVX512VNNI {
-		vnni := &isa{name: "avx512vnni", group: 8, convert: actLayout.convertRow, dot: dotGo, axpy: axpyGo}
+		vnni := &isa{name: "avx512vnni", group: 8}
+		vnni.setVector()
 		vnni.gemm = func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
 			gemmAsm(vnniKernels, p, w, tiles, act, stride, cols, dst, ld)
 		}
 		isas = append([]*isa{vnni}, isas...)
 	}
+}
+
+// setVector fills in the kernels every amd64 level shares.
+func (k *isa) setVector() {
+	k.convert, k.dot = actLayout.convertRow, dotGo
+	k.scores, k.expSub, k.wsum, k.siluMul, k.geluMul = scoresSIMD, expSubSIMD, wsumSIMD, siluMulSIMD, geluMulSIMD
 }
 
 // variantOf names the kernel variant of a packed matrix within its
@@ -150,10 +166,10 @@ func gemmAsm(kernels map[family]map[string]kernelPair, p *packed, w []byte, tile
 	c := 0
 	for ; cols-c >= k.width; c += k.width {
 		a.act, a.dst = unsafe.Pointer(&act[c*rec]), unsafe.Pointer(&dst[c*ld])
-		k.many(&a)
+		callKernel(k.many, &a)
 	}
 	for ; c < cols; c++ {
 		a.act, a.dst = unsafe.Pointer(&act[c*rec]), unsafe.Pointer(&dst[c*ld])
-		k.one(&a)
+		callKernel(k.one, &a)
 	}
 }

@@ -16,8 +16,12 @@ type isa struct {
 	convert func(l actLayout, x []float32, dst []byte, c int)
 	// dot returns Σ a[i]·b[i].
 	dot func(a, b []float32) float32
-	// axpy adds s·x to y.
-	axpy func(s float32, x, y []float32)
+	// attention and activation kernels (see vec.go)
+	scores  func(q, k []float32, kstride int, out []float32, scale float32)
+	expSub  func(x []float32, m float32) float32
+	wsum    func(p, v []float32, vstride int, out []float32)
+	siluMul func(a, b, out []float32)
+	geluMul func(a, b, out []float32)
 }
 
 var portable = &isa{
@@ -26,7 +30,11 @@ var portable = &isa{
 	gemm:    gemmGo,
 	convert: actLayout.convertRow,
 	dot:     dotGo,
-	axpy:    axpyGo,
+	scores:  scoresGo,
+	expSub:  expSubGo,
+	wsum:    wsumGo,
+	siluMul: siluMulGo,
+	geluMul: geluMulGo,
 }
 
 // isas lists the levels this machine can run, best first; the portable

@@ -110,11 +110,13 @@ func (e *exec) storeKVBody(op *backend.Op) func(lo, hi, worker int) {
 }
 
 // attentionBody handles one (row, head) pair per item: scores against every
-// visible cached position, a softmax, and the weighted sum of values.
+// visible cached position, a softmax, and the weighted sum of values. The
+// visible positions of a ring cache are at most two runs of slots.
 func (e *exec) attentionBody(op *backend.Op) func(lo, hi, worker int) {
 	q, out, c := e.bufs[op.A], e.bufs[op.Out], &e.kv[op.Layer]
 	heads, hd, group, window := op.NHeads, op.HeadDim, op.NHeads/op.NKV, op.Window
 	cols, scale, softcap := heads*hd, op.Scale, op.Cap
+	k := e.isa
 	return func(lo, hi, worker int) {
 		for item := lo; item < hi; item++ {
 			r, h := item/heads, item%heads
@@ -123,36 +125,44 @@ func (e *exec) attentionBody(op *backend.Op) func(lo, hi, worker int) {
 			if window > 0 {
 				first = max(0, pos-window+1)
 			}
-			base := int(e.batch.Slots[r]) * c.capacity * c.kvDim
-			kvOff := (h / group) * hd
+			base := int(e.batch.Slots[r])*c.capacity*c.kvDim + (h/group)*hd
 			qh := q[r*cols+h*hd : r*cols+(h+1)*hd]
 			scores := e.scoreScratch[worker][:pos-first+1]
-			maxS := float32(math.Inf(-1))
-			for j := first; j <= pos; j++ {
-				at := base + (j%c.capacity)*c.kvDim + kvOff
-				s := e.isa.dot(qh, c.k[at:at+hd]) * scale
-				if softcap > 0 {
-					s = softcap * float32(math.Tanh(float64(s/softcap)))
+			for j := first; j <= pos; {
+				slot := j % c.capacity
+				n := min(pos-j+1, c.capacity-slot)
+				at := base + slot*c.kvDim
+				k.scores(qh, c.k[at:], c.kvDim, scores[j-first:j-first+n], scale)
+				j += n
+			}
+			if softcap > 0 {
+				for i, s := range scores {
+					scores[i] = softcap * float32(math.Tanh(float64(s/softcap)))
 				}
-				scores[j-first] = s
+			}
+			maxS := float32(math.Inf(-1))
+			for _, s := range scores {
 				maxS = max(maxS, s)
 			}
-			var sum float32
-			for i, s := range scores {
-				p := float32(math.Exp(float64(s - maxS)))
-				scores[i] = p
-				sum += p
+			inv := 1 / k.expSub(scores, maxS)
+			for i := range scores {
+				scores[i] *= inv
 			}
 			o := out[r*cols+h*hd : r*cols+(h+1)*hd]
-			clear(o)
-			inv := 1 / sum
-			for j := first; j <= pos; j++ {
-				p := scores[j-first] * inv
-				at := base + (j%c.capacity)*c.kvDim + kvOff
-				v := c.v[at : at+hd]
-				for i := range o {
-					o[i] += p * v[i]
+			tmp := e.rowScratch[worker][:hd]
+			for j := first; j <= pos; {
+				slot := j % c.capacity
+				n := min(pos-j+1, c.capacity-slot)
+				at := base + slot*c.kvDim
+				if j == first {
+					k.wsum(scores[:n], c.v[at:], c.kvDim, o)
+				} else {
+					k.wsum(scores[j-first:j-first+n], c.v[at:], c.kvDim, tmp)
+					for i, v := range tmp {
+						o[i] += v
+					}
 				}
+				j += n
 			}
 		}
 	}
@@ -169,18 +179,12 @@ func (e *exec) addBody(op *backend.Op) func(lo, hi, worker int) {
 
 func (e *exec) gluBody(op *backend.Op) func(lo, hi, worker int) {
 	a, b, out, cols, gelu := e.bufs[op.A], e.bufs[op.B], e.bufs[op.Out], e.p.Bufs[op.A], op.Act == backend.ActGELUTanh
-	const c = 0.7978845608028654 // √(2/π)
+	fn := e.isa.siluMul
+	if gelu {
+		fn = e.isa.geluMul
+	}
 	return func(lo, hi, _ int) {
-		for i := lo * cols; i < hi*cols; i++ {
-			x := a[i]
-			var act float32
-			if gelu {
-				act = float32(0.5 * float64(x) * (1 + math.Tanh(c*(float64(x)+0.044715*float64(x)*float64(x)*float64(x)))))
-			} else {
-				act = x / (1 + float32(math.Exp(float64(-x))))
-			}
-			out[i] = act * b[i]
-		}
+		fn(a[lo*cols:hi*cols], b[lo*cols:hi*cols], out[lo*cols:hi*cols])
 	}
 }
 

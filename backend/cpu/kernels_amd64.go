@@ -171,3 +171,181 @@ func floatBF16AVX21(a *kargs)
 
 //go:noescape
 func floatBF16AVX24(a *kargs)
+
+// kernelIDs numbers the kernels for callKernel.
+var kernelIDs = map[string]int{
+	"legacyU4VNNI1": 0,
+	"legacyU4VNNI8": 1,
+	"legacyU4AVX21": 2,
+	"legacyU4AVX24": 3,
+	"legacyU4MinVNNI1": 4,
+	"legacyU4MinVNNI8": 5,
+	"legacyU4MinAVX21": 6,
+	"legacyU4MinAVX24": 7,
+	"legacyU8VNNI1": 8,
+	"legacyU8VNNI8": 9,
+	"legacyU8AVX21": 10,
+	"legacyU8AVX24": 11,
+	"legacyU8MinVNNI1": 12,
+	"legacyU8MinVNNI8": 13,
+	"legacyU8MinAVX21": 14,
+	"legacyU8MinAVX24": 15,
+	"legacyS8AVX21": 16,
+	"legacyS8AVX24": 17,
+	"k32U4MinVNNI1": 18,
+	"k32U4MinVNNI4": 19,
+	"k32U4MinAVX21": 20,
+	"k32U4MinAVX22": 21,
+	"k32U8MinVNNI1": 22,
+	"k32U8MinVNNI4": 23,
+	"k32U8MinAVX21": 24,
+	"k32U8MinAVX22": 25,
+	"k32U8VNNI1": 26,
+	"k32U8VNNI4": 27,
+	"k32U8AVX21": 28,
+	"k32U8AVX22": 29,
+	"k16U8VNNI1": 30,
+	"k16U8VNNI4": 31,
+	"k16U8AVX21": 32,
+	"k16U8AVX22": 33,
+	"k16U4VNNI1": 34,
+	"k16U4VNNI4": 35,
+	"k16U4AVX21": 36,
+	"k16U4AVX22": 37,
+	"k16U4MinVNNI1": 38,
+	"k16U4MinVNNI4": 39,
+	"k16U4MinAVX21": 40,
+	"k16U4MinAVX22": 41,
+	"k32S8AVX21": 42,
+	"k32S8AVX22": 43,
+	"floatF32VNNI1": 44,
+	"floatF32VNNI8": 45,
+	"floatF32AVX21": 46,
+	"floatF32AVX24": 47,
+	"floatF16VNNI1": 48,
+	"floatF16VNNI8": 49,
+	"floatF16AVX21": 50,
+	"floatF16AVX24": 51,
+	"floatBF16VNNI1": 52,
+	"floatBF16VNNI8": 53,
+	"floatBF16AVX21": 54,
+	"floatBF16AVX24": 55,
+}
+
+// callKernel runs kernel id on a.
+func callKernel(id int, a *kargs) {
+	switch id {
+	case 0:
+		legacyU4VNNI1(a)
+	case 1:
+		legacyU4VNNI8(a)
+	case 2:
+		legacyU4AVX21(a)
+	case 3:
+		legacyU4AVX24(a)
+	case 4:
+		legacyU4MinVNNI1(a)
+	case 5:
+		legacyU4MinVNNI8(a)
+	case 6:
+		legacyU4MinAVX21(a)
+	case 7:
+		legacyU4MinAVX24(a)
+	case 8:
+		legacyU8VNNI1(a)
+	case 9:
+		legacyU8VNNI8(a)
+	case 10:
+		legacyU8AVX21(a)
+	case 11:
+		legacyU8AVX24(a)
+	case 12:
+		legacyU8MinVNNI1(a)
+	case 13:
+		legacyU8MinVNNI8(a)
+	case 14:
+		legacyU8MinAVX21(a)
+	case 15:
+		legacyU8MinAVX24(a)
+	case 16:
+		legacyS8AVX21(a)
+	case 17:
+		legacyS8AVX24(a)
+	case 18:
+		k32U4MinVNNI1(a)
+	case 19:
+		k32U4MinVNNI4(a)
+	case 20:
+		k32U4MinAVX21(a)
+	case 21:
+		k32U4MinAVX22(a)
+	case 22:
+		k32U8MinVNNI1(a)
+	case 23:
+		k32U8MinVNNI4(a)
+	case 24:
+		k32U8MinAVX21(a)
+	case 25:
+		k32U8MinAVX22(a)
+	case 26:
+		k32U8VNNI1(a)
+	case 27:
+		k32U8VNNI4(a)
+	case 28:
+		k32U8AVX21(a)
+	case 29:
+		k32U8AVX22(a)
+	case 30:
+		k16U8VNNI1(a)
+	case 31:
+		k16U8VNNI4(a)
+	case 32:
+		k16U8AVX21(a)
+	case 33:
+		k16U8AVX22(a)
+	case 34:
+		k16U4VNNI1(a)
+	case 35:
+		k16U4VNNI4(a)
+	case 36:
+		k16U4AVX21(a)
+	case 37:
+		k16U4AVX22(a)
+	case 38:
+		k16U4MinVNNI1(a)
+	case 39:
+		k16U4MinVNNI4(a)
+	case 40:
+		k16U4MinAVX21(a)
+	case 41:
+		k16U4MinAVX22(a)
+	case 42:
+		k32S8AVX21(a)
+	case 43:
+		k32S8AVX22(a)
+	case 44:
+		floatF32VNNI1(a)
+	case 45:
+		floatF32VNNI8(a)
+	case 46:
+		floatF32AVX21(a)
+	case 47:
+		floatF32AVX24(a)
+	case 48:
+		floatF16VNNI1(a)
+	case 49:
+		floatF16VNNI8(a)
+	case 50:
+		floatF16AVX21(a)
+	case 51:
+		floatF16AVX24(a)
+	case 52:
+		floatBF16VNNI1(a)
+	case 53:
+		floatBF16VNNI8(a)
+	case 54:
+		floatBF16AVX21(a)
+	case 55:
+		floatBF16AVX24(a)
+	}
+}

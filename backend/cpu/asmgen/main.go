@@ -633,6 +633,17 @@ func main() {
 	for _, n := range g.names {
 		fmt.Fprintf(&d, "\n//go:noescape\nfunc %s(a *kargs)\n", n)
 	}
+	// Calls through func values would make every kargs escape to the
+	// heap; kernels are named by number and called directly instead.
+	d.WriteString("\n// kernelIDs numbers the kernels for callKernel.\nvar kernelIDs = map[string]int{\n")
+	for i, n := range g.names {
+		fmt.Fprintf(&d, "\t%q: %d,\n", n, i)
+	}
+	d.WriteString("}\n\n// callKernel runs kernel id on a.\nfunc callKernel(id int, a *kargs) {\n\tswitch id {\n")
+	for i, n := range g.names {
+		fmt.Fprintf(&d, "\tcase %d:\n\t\t%s(a)\n", i, n)
+	}
+	d.WriteString("\t}\n}\n")
 	for path, text := range map[string]string{*out: g.b.String(), *decls: d.String()} {
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,73 @@
+//go:build amd64 && !purego
+
+package cpu
+
+//go:noescape
+func expSubAVX2(x *float32, n int, m float32) float32
+
+//go:noescape
+func siluMulAVX2(a, b, out *float32, n int)
+
+//go:noescape
+func geluMulAVX2(a, b, out *float32, n int)
+
+//go:noescape
+func scoresAVX2(q, k *float32, hd, kstride, n int, out *float32, scale float32)
+
+//go:noescape
+func wsumAVX2(p *float32, n int, v *float32, vstride, hd int, out *float32)
+
+// The wrappers check the extents the kernels touch and do the tails (or
+// the shapes the kernels do not take) in Go.
+
+func scoresSIMD(q, k []float32, kstride int, out []float32, scale float32) {
+	hd, n := len(q), len(out)
+	if n == 0 {
+		return
+	}
+	if hd%16 != 0 || len(k) < (n-1)*kstride+hd {
+		scoresGo(q, k, kstride, out, scale)
+		return
+	}
+	scoresAVX2(&q[0], &k[0], hd, 4*kstride, n, &out[0], scale)
+}
+
+func expSubSIMD(x []float32, m float32) float32 {
+	n := len(x) &^ 7
+	var sum float32
+	if n > 0 {
+		sum = expSubAVX2(&x[0], n, m)
+	}
+	return sum + expSubGo(x[n:], m)
+}
+
+func wsumSIMD(p, v []float32, vstride int, out []float32) {
+	hd, n := len(out), len(p)
+	if n == 0 || hd%8 != 0 || len(v) < (n-1)*vstride+hd {
+		wsumGo(p, v, vstride, out)
+		return
+	}
+	wsumAVX2(&p[0], n, &v[0], 4*vstride, hd, &out[0])
+}
+
+func siluMulSIMD(a, b, out []float32) {
+	n := len(a) &^ 7
+	if len(b) < len(a) || len(out) < len(a) {
+		panic("cpu: siluMul operands of unequal lengths")
+	}
+	if n > 0 {
+		siluMulAVX2(&a[0], &b[0], &out[0], n)
+	}
+	siluMulGo(a[n:], b[n:], out[n:])
+}
+
+func geluMulSIMD(a, b, out []float32) {
+	n := len(a) &^ 7
+	if len(b) < len(a) || len(out) < len(a) {
+		panic("cpu: geluMul operands of unequal lengths")
+	}
+	if n > 0 {
+		geluMulAVX2(&a[0], &b[0], &out[0], n)
+	}
+	geluMulGo(a[n:], b[n:], out[n:])
+}
