@@ -10,6 +10,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"go/format"
 	"os"
 	"strings"
 )
@@ -644,7 +645,12 @@ func main() {
 		fmt.Fprintf(&d, "\tcase %d:\n\t\t%s(a)\n", i, n)
 	}
 	d.WriteString("\t}\n}\n")
-	for path, text := range map[string]string{*out: g.b.String(), *decls: d.String()} {
+	src, err := format.Source([]byte(d.String()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for path, text := range map[string]string{*out: g.b.String(), *decls: string(src)} {
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
