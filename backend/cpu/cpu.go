@@ -1,12 +1,22 @@
 // Package cpu is the CPU backend: it runs a backend.Program with float32
-// activations on a fixed pool of worker goroutines, multiplying directly by
-// weights in their stored (possibly quantized) type.
+// activations on a fixed pool of worker goroutines.
+//
+// Matmul weights are repacked once, at compile time, into tiles of 8 rows
+// in their stored precision (pack.go). Each matmul converts its input rows
+// once into what the weight's kernels read — 8-bit levels per block of 32
+// (legacy types) or 256 (k-quants), as ggml does, or float32 rows — and
+// the tiles are split over the workers. The kernels are chosen at start-up
+// by the CPU's features: generated AVX-512 VNNI or AVX2 assembly on amd64
+// (kernels_amd64.s, from asmgen), portable Go elsewhere. The environment
+// variable WEFT_CPU_KERNELS names a lower level ("avx2", "go") to use
+// instead, for comparisons.
 package cpu
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 
 	"github.com/weftlm/weft/backend"
@@ -15,6 +25,8 @@ import (
 // Backend is the CPU backend.
 type Backend struct {
 	threads int
+	isa     *isa  // nil when err is set
+	err     error // a kernel level was asked for that this machine lacks
 }
 
 // New returns a CPU backend using threads workers (0: one per CPU).
@@ -22,7 +34,20 @@ func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &Backend{threads: threads}
+	b := &Backend{threads: threads, isa: best()}
+	if name := os.Getenv("WEFT_CPU_KERNELS"); name != "" {
+		b.isa, b.err = levelNamed(name)
+	}
+	return b
+}
+
+// Kernels names the kernel level compiled plans use ("avx512vnni", "avx2",
+// "go").
+func (b *Backend) Kernels() string {
+	if b.isa == nil {
+		return ""
+	}
+	return b.isa.name
 }
 
 // Name implements backend.Backend.
@@ -91,10 +116,13 @@ type ropeState struct {
 
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
 	if p.MaxRows <= 0 || p.Slots <= 0 {
 		return nil, fmt.Errorf("cpu: program with %d rows and %d slots", p.MaxRows, p.Slots)
 	}
-	e := &exec{p: p, isa: best(), threads: b.threads, acts: map[actKey][]byte{}}
+	e := &exec{p: p, isa: b.isa, threads: b.threads, acts: map[actKey][]byte{}}
 	maxCols := 0
 	for _, c := range p.Bufs {
 		e.bufs = append(e.bufs, make([]float32, p.MaxRows*c))

@@ -5,7 +5,6 @@ package cpu
 //go:generate go run ./asmgen -o kernels_amd64.s -go kernels_amd64.go
 
 import (
-	"fmt"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -120,36 +119,11 @@ func (k *isa) setVector() {
 	k.scores, k.expSub, k.wsum, k.siluMul, k.geluMul = scoresSIMD, expSubSIMD, wsumSIMD, siluMulSIMD, geluMulSIMD
 }
 
-// variantOf names the kernel variant of a packed matrix within its
-// family: the float type, or the sub-block size (k-quants) and the level
-// form.
-func variantOf(p *packed) string {
-	f := p.f
-	if f.family == famFloat {
-		return f.typ.String()
-	}
-	v := "U8"
-	switch {
-	case p.signed8:
-		v = "S8"
-	case f.u4 && f.hasMin:
-		v = "U4Min"
-	case f.u4:
-		v = "U4"
-	case f.hasMin:
-		v = "U8Min"
-	}
-	if f.family == famK {
-		return fmt.Sprint(f.sub, v)
-	}
-	return v
-}
-
 // gemmAsm runs the assembly kernels of the packed matrix's format (the
 // portable ones for formats without them). The slices are checked against
 // the extents the kernels touch.
 func gemmAsm(kernels map[family]map[string]kernelPair, p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
-	k, ok := kernels[p.f.family][variantOf(p)]
+	k, ok := kernels[p.f.family][p.variant]
 	if !ok {
 		gemmGo(p, w, tiles, act, stride, cols, dst, ld)
 		return

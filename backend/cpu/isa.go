@@ -1,5 +1,10 @@
 package cpu
 
+import (
+	"fmt"
+	"strings"
+)
+
 // isa is the set of kernels for one instruction-set level. The best level
 // the CPU supports is chosen once, at start-up; tests run every level the
 // machine has against the portable one.
@@ -43,6 +48,18 @@ var isas = []*isa{portable}
 
 // best is the level compiled plans use.
 func best() *isa { return isas[0] }
+
+// levelNamed finds a level this machine runs by name.
+func levelNamed(name string) (*isa, error) {
+	var have []string
+	for _, k := range isas {
+		if k.name == name {
+			return k, nil
+		}
+		have = append(have, k.name)
+	}
+	return nil, fmt.Errorf("cpu: WEFT_CPU_KERNELS=%q names no kernel level this machine runs (it has %s)", name, strings.Join(have, ", "))
+}
 
 // dotGo returns the dot product of a and b (equal lengths). Four partial
 // sums keep the dependency chains short.

@@ -36,6 +36,7 @@ type packed struct {
 	// signed8 marks offset-128 u8 levels stored as signed bytes (level
 	// XOR 0x80, offset 0), for kernels that multiply signed by signed.
 	signed8 bool
+	variant string // names the kernels that read this layout (variantOf)
 }
 
 // groupBytes is the size of the levels of 32 elements of a tile.
@@ -93,6 +94,7 @@ func pack(f *format, rows, cols int, src []byte, signed8 bool, threads int) (*pa
 		p.blockBytes = tileRows * f.elem
 	}
 	p.tileBytes = p.nb * p.blockBytes
+	p.variant = variantOf(p)
 	p.data = make([]byte, p.tiles*p.tileBytes)
 	var wg sync.WaitGroup
 	per := (p.tiles + threads - 1) / max(threads, 1)
@@ -185,4 +187,29 @@ func level(g []byte, r, k int, u4 bool) uint8 {
 		return b >> 4
 	}
 	return g[(k/4)*32+r*4+k%4]
+}
+
+// variantOf names the kernel variant of a packed matrix within its
+// family: the float type, or the sub-block size (k-quants) and the level
+// form.
+func variantOf(p *packed) string {
+	f := p.f
+	if f.family == famFloat {
+		return f.typ.String()
+	}
+	v := "U8"
+	switch {
+	case p.signed8:
+		v = "S8"
+	case f.u4 && f.hasMin:
+		v = "U4Min"
+	case f.u4:
+		v = "U4"
+	case f.hasMin:
+		v = "U8Min"
+	}
+	if f.family == famK {
+		return fmt.Sprint(f.sub, v)
+	}
+	return v
 }

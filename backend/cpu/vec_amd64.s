@@ -54,8 +54,10 @@ GLOBL ·vc<>(SB), RODATA|NOPTR, $480
 
 // EXP sets X to e^X for 8 floats: n = round(X·log2 e), r = X − n·ln 2,
 // e^r by the polynomial, times 2^n built in the exponent bits. X is
-// clamped to [−87.3, 88.3] so 2^n stays a normal float. About 1 ulp.
-#define EXP(X, T1, T2) \
+// clamped to [−87.3, 88.3] so 2^n stays a normal float, and lanes below
+// the range are zeroed afterwards (T3 holds that mask). About 1 ulp.
+#define EXP(X, T1, T2, T3) \
+	VCMPPS $13, ·vc<>+C_MINX(SB), X, T3; \
 	VMAXPS ·vc<>+C_MINX(SB), X, X; \
 	VMINPS ·vc<>+C_MAXX(SB), X, X; \
 	VMULPS ·vc<>+C_LOG2E(SB), X, T1; \
@@ -74,7 +76,8 @@ GLOBL ·vc<>(SB), RODATA|NOPTR, $480
 	VCVTPS2DQ T1, T1; \
 	VPADDD ·vc<>+C_BIAS(SB), T1, T1; \
 	VPSLLD $23, T1, T1; \
-	VMULPS T1, T2, X
+	VMULPS T1, T2, X; \
+	VANDPS T3, X, X
 
 // HSUM leaves the sum of Y's 8 lanes in the low lane of X (T scratch).
 #define HSUM(Y, X, T) \
@@ -93,7 +96,7 @@ TEXT ·expSubAVX2(SB), NOSPLIT, $0-28
 expsub_loop:
 	VMOVUPS (DI), Y0
 	VSUBPS Y5, Y0, Y0
-	EXP(Y0, Y1, Y2)
+	EXP(Y0, Y1, Y2, Y3)
 	VMOVUPS Y0, (DI)
 	VADDPS Y0, Y4, Y4
 	ADDQ $32, DI
@@ -115,7 +118,7 @@ TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32
 silu_loop:
 	VMOVUPS (SI), Y0
 	VSUBPS Y0, Y6, Y3
-	EXP(Y3, Y1, Y2)
+	EXP(Y3, Y1, Y2, Y4)
 	VADDPS ·vc<>+C_ONE(SB), Y3, Y3
 	VDIVPS Y3, Y0, Y0
 	VMULPS (BX), Y0, Y0
@@ -142,7 +145,7 @@ gelu_loop:
 	VMULPS ·vc<>+C_GELUK(SB), Y3, Y3
 	VFMADD213PS Y0, Y0, Y3
 	VMULPS ·vc<>+C_GELU2C(SB), Y3, Y3
-	EXP(Y3, Y1, Y2)
+	EXP(Y3, Y1, Y2, Y4)
 	VADDPS ·vc<>+C_ONE(SB), Y3, Y3
 	VDIVPS Y3, Y0, Y0
 	VMULPS (BX), Y0, Y0

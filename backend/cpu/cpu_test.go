@@ -1,0 +1,161 @@
+package cpu_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/weights"
+)
+
+var testTokens = []int32{1, 15, 27, 3, 99, 42, 7, 64, 5, 11, 200, 31, 8, 17, 2, 90, 45, 6, 70, 13}
+
+// runModel loads a model on the CPU backend at kernel level (""
+// for the best) and returns the teacher-forced logits of testTokens, fed
+// as a prefill of the first half and decode steps for the rest.
+func runModel(t *testing.T, path, level string) []float32 {
+	t.Helper()
+	t.Setenv("WEFT_CPU_KERNELS", level)
+	p, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m, err := engine.Load(p, cpu.New(2), engine.Options{Context: 64, MaxBatch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seq, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := testTokens
+	for i := range toks {
+		toks[i] %= int32(m.Vocab())
+	}
+	half := len(toks) / 2
+	out, err := seq.Forward(toks[:half], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range toks[half:] {
+		row, err := seq.Forward([]int32{tok}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, row...)
+	}
+	return out
+}
+
+func relErr(a, b []float32) float64 {
+	var d, n float64
+	for i := range b {
+		x := float64(a[i]) - float64(b[i])
+		d += x * x
+		n += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d / n)
+}
+
+// TestLevelsAgree runs models of every weight family at every kernel level
+// this machine has. The SIMD levels do the same float operations in the
+// same order on exact integer dot products, so they must agree bit for
+// bit; the portable level rounds products separately where the assembly
+// fuses them, so it must agree to 1e-5 on float weights and, on quantized
+// ones, to what those roundings become if they move an activation across a
+// rounding boundary of the 8-bit quantization (measured ≤ 3e-7 on these
+// models; bound 1e-3).
+func TestLevelsAgree(t *testing.T) {
+	root := filepath.Join("..", "..", "testdata", "models")
+	cases := []struct {
+		path  string
+		float bool
+	}{
+		{filepath.Join(root, "llama3-tiny"), true},
+		{filepath.Join(root, "llama3-tiny-bf16"), true},
+		{filepath.Join(root, "quant", "llama3-tiny-Q4_0.gguf"), false},
+		{filepath.Join(root, "quant", "llama3-tiny-Q8_0.gguf"), false},
+		{filepath.Join(root, "quant", "gemma3-tiny-Q4_0.gguf"), false},
+		{filepath.Join(root, "quant", "llama-256-Q4_K.gguf"), false},
+		{filepath.Join(root, "quant", "qwen2-256-Q6_K.gguf"), false},
+		{filepath.Join(root, "quant", "llama3-tiny-mlx4"), true},
+	}
+	levels := []string{"avx512vnni", "avx2", "go"}
+	for _, c := range cases {
+		t.Run(filepath.Base(c.path), func(t *testing.T) {
+			if _, err := os.Stat(c.path); err != nil {
+				t.Skipf("fixture missing: %v", err)
+			}
+			ref := runModel(t, c.path, "")
+			for _, level := range levels {
+				t.Setenv("WEFT_CPU_KERNELS", level)
+				if cpu.New(1).Kernels() == "" {
+					continue // not on this machine
+				}
+				got := runModel(t, c.path, level)
+				e := relErr(got, ref)
+				bound := 1e-3
+				switch {
+				case level != "go":
+					bound = 0
+				case c.float:
+					bound = 1e-5
+				}
+				t.Logf("%s: relative difference %.3g", level, e)
+				if e > bound {
+					t.Errorf("%s: logits differ from the best level's by %.3g (bound %g)", level, e, bound)
+				}
+			}
+		})
+	}
+}
+
+// TestUnknownLevel: a level the machine lacks fails at compile time,
+// naming the variable.
+func TestUnknownLevel(t *testing.T) {
+	t.Setenv("WEFT_CPU_KERNELS", "sse9")
+	b := cpu.New(1)
+	if _, err := b.Compile(nil); err == nil {
+		t.Fatal("compiled with an unknown kernel level")
+	}
+}
+
+// TestRunAllocatesNothing: decode steps and prefill chunks replay the plan
+// without allocating.
+func TestRunAllocatesNothing(t *testing.T) {
+	path := filepath.Join("..", "..", "testdata", "models", "quant", "llama-256-Q4_K.gguf")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("fixture missing: %v", err)
+	}
+	p, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m, err := engine.Load(p, cpu.New(2), engine.Options{Context: 256, MaxBatch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seq, _ := m.NewSequence()
+	logits := make([]float32, m.Vocab())
+	one, chunk := []int32{3}, testTokens[:16]
+	for name, toks := range map[string][]int32{"decode": one, "prefill": chunk} {
+		allocs := testing.AllocsPerRun(5, func() {
+			if seq.Pos()+len(toks) > m.Context() {
+				seq.Rewind(0)
+			}
+			if err := seq.ForwardInto(toks, false, logits); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %g allocations per step", name, allocs)
+		}
+	}
+}

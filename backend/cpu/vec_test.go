@@ -1,0 +1,107 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func randFloats(rng *rand.Rand, n int, scale float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * scale)
+	}
+	return x
+}
+
+// closeTo reports |got − want| ≤ tol·(|want| + floor).
+func closeTo(got, want, tol, floor float64) bool {
+	return math.Abs(got-want) <= tol*(math.Abs(want)+floor)
+}
+
+// TestVectorKernels compares every level's attention and activation
+// kernels with float64 references on random data: head sizes that the
+// SIMD kernels take and ones they hand back to Go, strides wider than a
+// head, lengths that are not whole vectors.
+func TestVectorKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, k := range isas {
+		for _, hd := range []int{8, 16, 24, 64, 80, 128} {
+			for _, n := range []int{1, 3, 17, 100} {
+				name := fmt.Sprintf("%s/hd%d/n%d", k.name, hd, n)
+				stride := hd*3 + 8
+				q := randFloats(rng, hd, 1)
+				kv := randFloats(rng, (n-1)*stride+hd, 1)
+				scores := make([]float32, n)
+				k.scores(q, kv, stride, scores, 0.125)
+				for j := range n {
+					var want, mag float64
+					for d := range hd {
+						want += float64(q[d]) * float64(kv[j*stride+d])
+						mag += math.Abs(float64(q[d]) * float64(kv[j*stride+d]))
+					}
+					if !closeTo(float64(scores[j]), 0.125*want, 1e-6, 0.125*mag) {
+						t.Fatalf("%s: score %d = %g, want %g", name, j, scores[j], 0.125*want)
+					}
+				}
+				p := randFloats(rng, n, 1)
+				out := randFloats(rng, hd, 1) // overwritten
+				k.wsum(p, kv, stride, out)
+				for d := range hd {
+					var want, mag float64
+					for j := range n {
+						want += float64(p[j]) * float64(kv[j*stride+d])
+						mag += math.Abs(float64(p[j]) * float64(kv[j*stride+d]))
+					}
+					if !closeTo(float64(out[d]), want, 1e-6, mag) {
+						t.Fatalf("%s: wsum[%d] = %g, want %g", name, d, out[d], want)
+					}
+				}
+			}
+		}
+		for _, n := range []int{1, 7, 8, 9, 37, 1000} {
+			name := fmt.Sprintf("%s/n%d", k.name, n)
+			x := randFloats(rng, n, 10)
+			x[0] = -200 // underflows to 0, not to garbage
+			m := float32(3)
+			want := make([]float64, n)
+			var sum float64
+			for i, v := range x {
+				want[i] = math.Exp(float64(v - m))
+				sum += want[i]
+			}
+			got := k.expSub(x, m)
+			if !closeTo(float64(got), sum, 1e-6, 1e-37) {
+				t.Fatalf("%s: Σ exp = %g, want %g", name, got, sum)
+			}
+			for i := range x {
+				if !closeTo(float64(x[i]), want[i], 3e-7, 1e-37) {
+					t.Fatalf("%s: exp[%d] = %g, want %g", name, i, x[i], want[i])
+				}
+			}
+			a, b := randFloats(rng, n, 5), randFloats(rng, n, 1)
+			a[0], a[n-1] = 100, -100 // saturated tails
+			out := make([]float32, n)
+			for _, act := range []struct {
+				name string
+				fn   func(a, b, out []float32)
+				ref  func(x float64) float64
+			}{
+				{"silu", k.siluMul, func(x float64) float64 { return x / (1 + math.Exp(-x)) }},
+				{"gelu", k.geluMul, func(x float64) float64 {
+					return 0.5 * x * (1 + math.Tanh(0.7978845608028654*(x+0.044715*x*x*x)))
+				}},
+			} {
+				act.fn(a, b, out)
+				for i := range a {
+					want := act.ref(float64(a[i])) * float64(b[i])
+					// the floor: GELU of a very negative x is 0 in float64, ~1e-31 in float32
+					if !closeTo(float64(out[i]), want, 1e-6, 1e-3*math.Abs(float64(a[i]*b[i]))) {
+						t.Fatalf("%s %s: [%d] f(%g)·%g = %g, want %g", name, act.name, i, a[i], b[i], out[i], want)
+					}
+				}
+			}
+		}
+	}
+}
