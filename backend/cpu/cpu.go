@@ -106,6 +106,8 @@ type step struct {
 	grain int
 	body  func(lo, hi, worker int)
 	pre   *step // a step to run first (a matmul's input conversion)
+	// grainFn, when set, replaces grain with one chosen per run.
+	grainFn func() int
 }
 
 type ropeState struct {
@@ -205,7 +207,11 @@ func (e *exec) Run(b *backend.Batch, logits []float32) error {
 		if b.HiddenOnly && s.op.Head {
 			continue
 		}
-		e.pool.parallel(s.items(), s.grain, s.body)
+		grain := s.grain
+		if s.grainFn != nil {
+			grain = s.grainFn()
+		}
+		e.pool.parallel(s.items(), grain, s.body)
 	}
 	copy(logits, e.bufs[src][:len(logits)])
 	e.batch = nil
