@@ -107,16 +107,19 @@ func quantQ8Block(x []float32, rec []byte) {
 }
 
 // quantQ8KBlock quantizes 256 floats as ggml's quantize_row_q8_K_ref: the
-// element of largest magnitude maps to -127, d = 1/iscale.
+// element of largest magnitude maps to -127, d = 1/iscale. On a tie
+// between +m and −m the positive one is taken (ggml takes the first).
 func quantQ8KBlock(x []float32, rec []byte) {
-	var amax, mx float32
+	hi, lo := x[0], x[0]
 	for _, v := range x[:256] {
-		if a := abs32(v); a > amax {
-			amax, mx = a, v
-		}
+		hi, lo = max(hi, v), min(lo, v)
+	}
+	mx := hi
+	if hi < -lo {
+		mx = lo
 	}
 	var sums [24]int32 // 8 per 32, then 16 per 16
-	if amax == 0 {
+	if mx == 0 {
 		clear(rec[:q8KRec])
 		return
 	}

@@ -115,7 +115,7 @@ func init() {
 
 // setVector fills in the kernels every amd64 level shares.
 func (k *isa) setVector() {
-	k.convert, k.dot = actLayout.convertRow, dotGo
+	k.convert, k.dot = convertSIMD, dotGo
 	k.scores, k.expSub, k.wsum, k.siluMul, k.geluMul = scoresSIMD, expSubSIMD, wsumSIMD, siluMulSIMD, geluMulSIMD
 }
 

@@ -14,12 +14,17 @@ import (
 // once at compile time.
 type pool struct {
 	workers int
-	gen     atomic.Uint64 // bumped once per loop
-	pending atomic.Int32  // helpers still inside the current loop
 	quit    atomic.Bool
-	cur     loop
 	helpers []helper
 	done    chan struct{} // one receive per exiting helper
+	// Each counter sits on its own cache line: idle helpers poll gen while
+	// the running ones bump next and pending.
+	_       [64]byte
+	gen     atomic.Uint64 // bumped once per loop
+	_       [56]byte
+	pending atomic.Int32 // helpers still inside the current loop
+	_       [60]byte
+	cur     loop
 }
 
 type helper struct {
@@ -34,7 +39,9 @@ type loop struct {
 	body  func(lo, hi, worker int)
 	n     int
 	grain int
+	_     [40]byte
 	next  atomic.Int64
+	_     [56]byte
 }
 
 // spinLimit is how many polls of the generation an idle worker makes

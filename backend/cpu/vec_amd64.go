@@ -17,6 +17,26 @@ func scoresAVX2(q, k *float32, hd, kstride, n int, out *float32, scale float32)
 //go:noescape
 func wsumAVX2(p *float32, n int, v *float32, vstride, hd int, out *float32)
 
+//go:noescape
+func quantQ8AVX2(x *float32, nb int, dst *byte, stride int)
+
+//go:noescape
+func quantQ8KAVX2(x *float32, nb int, dst *byte, stride int)
+
+// convertSIMD is actLayout.convertRow with the quantizers in assembly.
+func convertSIMD(l actLayout, x []float32, dst []byte, c int) {
+	off, st := l.rowOff(c), l.stride()
+	if l.rec == f32Rec || l.nb == 0 || len(x) < l.nb*l.elems || len(dst) < off+(l.nb-1)*st+l.rec {
+		l.convertRow(x, dst, c)
+		return
+	}
+	if l.rec == q8Rec {
+		quantQ8AVX2(&x[0], l.nb, &dst[off], st)
+	} else {
+		quantQ8KAVX2(&x[0], l.nb, &dst[off], st)
+	}
+}
+
 // The wrappers check the extents the kernels touch and do the tails (or
 // the shapes the kernels do not take) in Go.
 

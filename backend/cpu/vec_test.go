@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/weftlm/weft/ggml"
 )
 
 func randFloats(rng *rand.Rand, n int, scale float64) []float32 {
@@ -100,6 +102,36 @@ func TestVectorKernels(t *testing.T) {
 					if !closeTo(float64(out[i]), want, 1e-6, 1e-3*math.Abs(float64(a[i]*b[i]))) {
 						t.Fatalf("%s %s: [%d] f(%g)·%g = %g, want %g", name, act.name, i, a[i], b[i], out[i], want)
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestConvertMatchesPortable: every level's activation records are
+// byte-identical to the portable quantizers', zero blocks, ties between
+// +m and −m and huge ranges included.
+func TestConvertMatchesPortable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, f := range []*format{formats[ggml.Q8_0], formats[ggml.Q4_K], formats[ggml.F16]} {
+		cols := 1024
+		x := randFloats(rng, 3*cols, 1)
+		clear(x[256:512])      // a zero block
+		x[600], x[700] = 5, -5 // a tie for the largest magnitude
+		x[1100] = 1e30         // a huge range
+		for i := 2 * cols; i < 3*cols; i++ {
+			x[i] = float32(int(x[i] * 4)) // many exact halves
+		}
+		for _, k := range isas {
+			lay := layoutFor(f, cols, 2)
+			want, got := make([]byte, lay.bytes(3)), make([]byte, lay.bytes(3))
+			for c := range 3 {
+				lay.convertRow(x[c*cols:(c+1)*cols], want, c)
+				k.convert(lay, x[c*cols:(c+1)*cols], got, c)
+			}
+			for i := range want {
+				if want[i] != got[i] {
+					t.Fatalf("%s %s: record byte %d is %#x, want %#x", k.name, f.typ, i, got[i], want[i])
 				}
 			}
 		}
