@@ -36,19 +36,6 @@ func f32At(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.U
 func i32At(b []byte) int32   { return int32(binary.LittleEndian.Uint32(b)) }
 func f16At(b []byte) float32 { return quant.F16ToF32(binary.LittleEndian.Uint16(b)) }
 
-// dotLevels is Σ level·a over elements [k0, k0+n) of lane r of a group.
-func dotLevels(g []byte, r, k0, n int, u4, signed bool, a []byte) int32 {
-	var s int32
-	for k := k0; k < k0+n; k++ {
-		l := int32(level(g, r, k, u4))
-		if signed {
-			l = int32(int8(l))
-		}
-		s += l * int32(int8(a[k]))
-	}
-	return s
-}
-
 func (p *packed) offset() int32 {
 	if p.signed8 {
 		return 0
@@ -56,25 +43,82 @@ func (p *packed) offset() int32 {
 	return p.f.offset
 }
 
+// unpackGroup writes the 32 levels of each lane of a group as int32 into
+// w[r][k0 : k0+32] (signed when the levels are stored signed).
+func unpackGroup(g []byte, u4, signed bool, w *[tileRows][256]int32, k0 int) {
+	if u4 {
+		for p := range 4 {
+			for r := range tileRows {
+				for i, b := range g[p*32+r*4 : p*32+r*4+4] {
+					w[r][k0+4*p+i], w[r][k0+16+4*p+i] = int32(b&0xf), int32(b>>4)
+				}
+			}
+		}
+		return
+	}
+	for t := range 8 {
+		for r := range tileRows {
+			for i, b := range g[t*32+r*4 : t*32+r*4+4] {
+				if signed {
+					w[r][k0+4*t+i] = int32(int8(b))
+				} else {
+					w[r][k0+4*t+i] = int32(b)
+				}
+			}
+		}
+	}
+}
+
+// dot8 is Σ w[i]·a[i] over len(w) int8 activations.
+func dot8(w []int32, a []byte) int32 {
+	a = a[:len(w)]
+	var s0, s1, s2, s3 int32
+	for i := 0; i+4 <= len(w); i += 4 {
+		s0 += w[i] * int32(int8(a[i]))
+		s1 += w[i+1] * int32(int8(a[i+1]))
+		s2 += w[i+2] * int32(int8(a[i+2]))
+		s3 += w[i+3] * int32(int8(a[i+3]))
+	}
+	return s0 + s1 + s2 + s3
+}
+
+// The kernels unpack a block's levels once and use them for up to
+// maxCols activation rows at a time.
+const maxCols = 8
+
 func gemmLegacyGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
 	f, o, lv := p.f, p.offset(), p.levelsOff()
-	for t := range tiles {
-		tile := w[t*p.tileBytes:]
-		for c := range cols {
-			a := act[c*q8Rec:]
-			var acc [tileRows]float32
+	var lev [tileRows][256]int32
+	for c0 := 0; c0 < cols; c0 += maxCols {
+		nc := min(maxCols, cols-c0)
+		for t := range tiles {
+			tile := w[t*p.tileBytes:]
+			var acc [maxCols][tileRows]float32
 			for b := 0; b < p.nb; b++ {
-				blk, ar := tile[b*p.blockBytes:], a[b*stride:]
-				da, sa := f32At(ar[32:]), i32At(ar[36:])
+				blk := tile[b*p.blockBytes:]
+				unpackGroup(blk[lv:], f.u4, p.signed8, &lev, 0)
+				var dw, dm [tileRows]float32
 				for r := range tileRows {
-					dot := dotLevels(blk[lv:], r, 0, 32, f.u4, p.signed8, ar) - o*sa
-					acc[r] += float32(dot) * (f16At(blk[2*r:]) * da)
+					dw[r] = f16At(blk[2*r:])
 					if f.hasMin {
-						acc[r] += float32(sa) * (f16At(blk[p.minOff()+2*r:]) * da)
+						dm[r] = f16At(blk[p.minOff()+2*r:])
+					}
+				}
+				for c := range nc {
+					ar := act[(c0+c)*q8Rec+b*stride:]
+					da, sa := f32At(ar[32:]), i32At(ar[36:])
+					for r := range tileRows {
+						dot := dot8(lev[r][:32], ar) - o*sa
+						acc[c][r] += float32(dot) * (dw[r] * da)
+						if f.hasMin {
+							acc[c][r] += float32(sa) * (dm[r] * da)
+						}
 					}
 				}
 			}
-			copy(dst[c*ld+t*tileRows:], acc[:])
+			for c := range nc {
+				copy(dst[(c0+c)*ld+t*tileRows:], acc[c][:])
+			}
 		}
 	}
 }
@@ -86,63 +130,77 @@ func gemmKGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst [
 	if f.sub == 32 {
 		sumOff = q8KSum32
 	}
-	for t := range tiles {
-		tile := w[t*p.tileBytes:]
-		for c := range cols {
-			a := act[c*q8KRec:]
-			var acc [tileRows]float32
+	var lev [tileRows][256]int32
+	for c0 := 0; c0 < cols; c0 += maxCols {
+		nc := min(maxCols, cols-c0)
+		for t := range tiles {
+			tile := w[t*p.tileBytes:]
+			var acc [maxCols][tileRows]float32
 			for b := 0; b < p.nb; b++ {
-				blk, ar := tile[b*p.blockBytes:], a[b*stride:]
-				da := f32At(ar[q8KD:])
-				var isum, msum [tileRows]int32
-				for s := range p.nsub {
-					sum := i32At(ar[sumOff+4*s:])
-					e0 := s * f.sub
-					g := blk[lv+(e0/32)*gb:]
+				blk := tile[b*p.blockBytes:]
+				for g := range 8 {
+					unpackGroup(blk[lv+g*gb:], f.u4, p.signed8, &lev, 32*g)
+				}
+				for c := range nc {
+					ar := act[(c0+c)*q8KRec+b*stride:]
+					da := f32At(ar[q8KD:])
+					var isum, msum [tileRows]int32
+					for s := range p.nsub {
+						sum := i32At(ar[sumOff+4*s:])
+						e0 := s * f.sub
+						for r := range tileRows {
+							dot := dot8(lev[r][e0:e0+f.sub], ar[e0:]) - o*sum
+							isum[r] += int32(int8(blk[p.scOff()+s*tileRows+r])) * dot
+							if f.hasMin {
+								msum[r] += int32(blk[p.mnOff()+s*tileRows+r]) * sum
+							}
+						}
+					}
 					for r := range tileRows {
-						dot := dotLevels(g, r, e0%32, f.sub, f.u4, p.signed8, ar[e0-e0%32:]) - o*sum
-						isum[r] += int32(int8(blk[p.scOff()+s*tileRows+r])) * dot
+						acc[c][r] += float32(isum[r]) * (f16At(blk[2*r:]) * da)
 						if f.hasMin {
-							msum[r] += int32(blk[p.mnOff()+s*tileRows+r]) * sum
+							acc[c][r] -= float32(msum[r]) * (f16At(blk[p.minOff()+2*r:]) * da)
 						}
 					}
 				}
-				for r := range tileRows {
-					acc[r] += float32(isum[r]) * (f16At(blk[2*r:]) * da)
-					if f.hasMin {
-						acc[r] -= float32(msum[r]) * (f16At(blk[p.minOff()+2*r:]) * da)
-					}
-				}
 			}
-			copy(dst[c*ld+t*tileRows:], acc[:])
+			for c := range nc {
+				copy(dst[(c0+c)*ld+t*tileRows:], acc[c][:])
+			}
 		}
 	}
 }
 
 func gemmFloatGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
 	typ := p.f.typ
-	for t := range tiles {
-		tile := w[t*p.tileBytes:]
-		for c := range cols {
-			a := act[c*f32Rec:]
-			var acc [tileRows]float32
+	for c0 := 0; c0 < cols; c0 += maxCols {
+		nc := min(maxCols, cols-c0)
+		for t := range tiles {
+			tile := w[t*p.tileBytes:]
+			var acc [maxCols][tileRows]float32
+			var v [tileRows]float32
 			for k := 0; k < p.nb; k++ {
-				x := f32At(a[k*stride:])
 				blk := tile[k*p.blockBytes:]
 				for r := range tileRows {
-					var v float32
 					switch typ {
 					case ggml.F32:
-						v = f32At(blk[4*r:])
+						v[r] = f32At(blk[4*r:])
 					case ggml.F16:
-						v = f16At(blk[2*r:])
+						v[r] = f16At(blk[2*r:])
 					default:
-						v = math.Float32frombits(uint32(binary.LittleEndian.Uint16(blk[2*r:])) << 16)
+						v[r] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(blk[2*r:])) << 16)
 					}
-					acc[r] += v * x
+				}
+				for c := range nc {
+					x := f32At(act[(c0+c)*f32Rec+k*stride:])
+					for r := range tileRows {
+						acc[c][r] += v[r] * x
+					}
 				}
 			}
-			copy(dst[c*ld+t*tileRows:], acc[:])
+			for c := range nc {
+				copy(dst[(c0+c)*ld+t*tileRows:], acc[c][:])
+			}
 		}
 	}
 }

@@ -177,18 +177,6 @@ func putLevels(dst []byte, r int, q []uint8, u4 bool, flip uint8) {
 	}
 }
 
-// level returns element k (0..31) of lane r from a group of levels.
-func level(g []byte, r, k int, u4 bool) uint8 {
-	if u4 {
-		b := g[((k%16)/4)*32+r*4+k%4]
-		if k < 16 {
-			return b & 0xf
-		}
-		return b >> 4
-	}
-	return g[(k/4)*32+r*4+k%4]
-}
-
 // variantOf names the kernel variant of a packed matrix within its
 // family: the float type, or the sub-block size (k-quants) and the level
 // form.
