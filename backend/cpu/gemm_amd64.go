@@ -23,9 +23,7 @@ type kargs struct {
 	dst        unsafe.Pointer // first output of the first column
 	ld4        int            // bytes between output columns
 	negOff     [8]int32       // −offset in every lane
-	lvOff      int            // levels within a block
-	scOff      int            // k-quants: sub-block scales within a block
-	mnOff      int            // k-quants: sub-block mins within a block
+	lvOff      int            // legacy: levels within a block (k-quant offsets are constants of each kernel)
 }
 
 // kernelPair is the single-column kernel and the widest one of a format
@@ -92,9 +90,12 @@ var (
 	}
 )
 
+// hasAVX2 reports the AVX2 level (and with it FMA and F16C).
+var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+
 func init() {
 	x := cpu.X86
-	if !x.HasAVX2 || !x.HasFMA || !x.HasF16C {
+	if !hasAVX2 {
 		return
 	}
 	avx2 := &isa{name: "avx2", group: 4, signed8: true}
@@ -133,7 +134,7 @@ func gemmAsm(kernels map[family]map[string]kernelPair, p *packed, w []byte, tile
 		panic("cpu: gemm operands smaller than their shapes")
 	}
 	a := kargs{w: unsafe.Pointer(&w[0]), tiles: tiles, tileBytes: p.tileBytes, nb: p.nb, blockBytes: p.blockBytes,
-		stride: stride, ld4: 4 * ld, lvOff: p.levelsOff(), scOff: p.scOff(), mnOff: p.mnOff()}
+		stride: stride, ld4: 4 * ld, lvOff: p.levelsOff()}
 	for i := range a.negOff {
 		a.negOff[i] = -p.offset()
 	}

@@ -77,13 +77,17 @@ func TestGEMM(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, typ := range allTypes {
 		f := formats[typ]
-		blocks := []int{1, 3, 40}
-		if f.family == famK {
-			blocks = []int{1, 3, 9}
+		// columns: one block, a few, many; floats also lengths that are
+		// not whole vectors or unrolled steps
+		colCounts := []int{32, 96, 1280}
+		switch f.family {
+		case famK:
+			colCounts = []int{256, 768, 2304}
+		case famFloat:
+			colCounts = append(colCounts, 1, 7, 37)
 		}
-		for _, nb := range blocks {
+		for _, cols := range colCounts {
 			for _, rows := range []int{1, 7, 8, 9, 35} {
-				cols := nb * max(f.block, 32)
 				raw, w := randomWeight(t, typ, rows, cols, rng)
 				for _, k := range isas {
 					p, err := pack(f, rows, cols, raw, k.signed8, 2)

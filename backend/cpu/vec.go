@@ -1,6 +1,9 @@
 package cpu
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // The portable vector kernels for attention and activations; vec_amd64.go
 // has the SIMD ones with the same contracts.
@@ -49,4 +52,18 @@ func geluMulGo(a, b, out []float32) {
 		v := float64(x)
 		out[i] = float32(0.5*v*(1+math.Tanh(c*(v+0.044715*v*v*v)))) * b[i]
 	}
+}
+
+// streamReadGo returns the XOR of x's 8-byte words (len(x) a multiple of
+// 32), reading them in four chains: the portable bandwidth loop.
+func streamReadGo(x []byte) uint64 {
+	var s0, s1, s2, s3 uint64
+	for i := 0; i+32 <= len(x); i += 32 {
+		c := x[i : i+32 : i+32]
+		s0 ^= binary.LittleEndian.Uint64(c)
+		s1 ^= binary.LittleEndian.Uint64(c[8:])
+		s2 ^= binary.LittleEndian.Uint64(c[16:])
+		s3 ^= binary.LittleEndian.Uint64(c[24:])
+	}
+	return s0 ^ s1 ^ s2 ^ s3
 }

@@ -23,6 +23,18 @@ func quantQ8AVX2(x *float32, nb int, dst *byte, stride int)
 //go:noescape
 func quantQ8KAVX2(x *float32, nb int, dst *byte, stride int)
 
+//go:noescape
+func streamXorAVX2(p *byte, n int) uint64
+
+// streamRead reads x once (the bandwidth benchmark's loop).
+func streamRead(x []byte) uint64 {
+	n := len(x) &^ 255
+	if n == 0 || !hasAVX2 {
+		return streamReadGo(x)
+	}
+	return streamXorAVX2(&x[0], n)
+}
+
 // convertSIMD is actLayout.convertRow with the quantizers in assembly.
 func convertSIMD(l actLayout, x []float32, dst []byte, c int) {
 	off, st := l.rowOff(c), l.stride()
