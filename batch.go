@@ -34,6 +34,19 @@ func (m *Model) encode(prompt string, g GenerateOptions) ([]int32, error) {
 	return ids, nil
 }
 
+// encodeAll tokenizes every prompt of a batch request.
+func (m *Model) encodeAll(prompts []string, g GenerateOptions) ([][]int32, error) {
+	all := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		ids, err := m.encode(p, g)
+		if err != nil {
+			return nil, fmt.Errorf("weft: prompt %d: %w", i, err)
+		}
+		all[i] = ids
+	}
+	return all, nil
+}
+
 // acquireMany takes up to n slots (at least one), waiting for the first.
 func (m *Model) acquireMany(ctx context.Context, n int) ([]*engine.Sequence, func(), error) {
 	seq, release, err := m.acquire(ctx)
@@ -68,13 +81,9 @@ func (m *Model) acquireMany(ctx context.Context, n int) ([]*engine.Sequence, fun
 // logits and next token.
 func (m *Model) Classify(ctx context.Context, prompts []string, opts ...GenerateOption) ([]Classification, error) {
 	g := m.genOptions(opts)
-	all := make([][]int32, len(prompts))
-	for i, p := range prompts {
-		ids, err := m.encode(p, g)
-		if err != nil {
-			return nil, fmt.Errorf("weft: prompt %d: %w", i, err)
-		}
-		all[i] = ids
+	all, err := m.encodeAll(prompts, g)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Classification, len(prompts))
 	v := m.eng.Vocab()
@@ -129,13 +138,9 @@ type Completion struct {
 // prompt gives the same completion alone and in a batch.
 func (m *Model) BatchGenerate(ctx context.Context, prompts []string, opts ...GenerateOption) ([]Completion, error) {
 	g := m.genOptions(opts)
-	all := make([][]int32, len(prompts))
-	for i, p := range prompts {
-		ids, err := m.encode(p, g)
-		if err != nil {
-			return nil, fmt.Errorf("weft: prompt %d: %w", i, err)
-		}
-		all[i] = ids
+	all, err := m.encodeAll(prompts, g)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Completion, len(prompts))
 	for done := 0; done < len(prompts); {

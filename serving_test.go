@@ -1,46 +1,15 @@
 package weft
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/weftlm/weft/gguf"
+	"github.com/weftlm/weft/internal/testmodel"
 )
 
-// chatStories writes a copy of stories260K carrying Gemma 2's chat
-// template, so the chat path runs on a real template.
-func chatStories(t *testing.T) string {
-	t.Helper()
-	src := sharedFile(t, "gguf-stories260K/stories260K.gguf")
-	tmpl, err := os.ReadFile(sharedFile(t, "hf-chat-templates/google-gemma-2-2b-it.jinja"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.OpenFile(src, gguf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := gguf.Rewrite(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Size = 0
-	w.SetKV("tokenizer.chat_template", gguf.String(string(tmpl)))
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "stories-chat.gguf")
-	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+// chatStories is the story model with a real chat template.
+func chatStories(t *testing.T) string { return testmodel.StoriesWithTemplate(t) }
 
 // TestPromptAndChatTokens: the ids PromptTokens and ChatTokens return,
 // fed to GenerateTokens, give what Generate and Chat give.

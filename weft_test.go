@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/weftlm/weft/gguf"
+	"github.com/weftlm/weft/internal/testmodel"
 )
 
 func sharedFile(t testing.TB, rel string) string {
@@ -336,36 +336,8 @@ func TestBackendChoice(t *testing.T) {
 	}
 }
 
-// templateStories writes stories260K with a real chat template (Gemma 2's)
-// so Chat can run end to end.
-func templateStories(t *testing.T) string {
-	t.Helper()
-	tmpl, err := os.ReadFile(sharedFile(t, "hf-chat-templates/google-gemma-2-2b-it.jinja"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.OpenFile(sharedFile(t, "gguf-stories260K/stories260K.gguf"), gguf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := gguf.Rewrite(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Size = 0
-	w.SetKV("tokenizer.chat_template", gguf.String(string(tmpl)))
-	out := filepath.Join(t.TempDir(), "stories-chat.gguf")
-	o, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.WriteTo(o); err != nil {
-		t.Fatal(err)
-	}
-	o.Close()
-	return out
-}
+// templateStories is the story model with a real chat template.
+func templateStories(t *testing.T) string { return testmodel.StoriesWithTemplate(t) }
 
 func TestChatAndTokens(t *testing.T) {
 	ctx := context.Background()

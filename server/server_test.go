@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -14,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftlm/weft/internal/testmodel"
+
 	"github.com/weftlm/weft"
-	"github.com/weftlm/weft/gguf"
 )
 
 // testdata is the shared data folder, beside the repository.
@@ -32,36 +32,8 @@ func storiesPath(t testing.TB) string {
 	return filepath.Join(testdata(t), "gguf-stories260K", "stories260K.gguf")
 }
 
-// chatModelPath writes a copy of stories260K carrying a real chat
-// template (Gemma 2's), so chat runs end to end.
-func chatModelPath(t testing.TB) string {
-	t.Helper()
-	root := testdata(t)
-	tmpl, err := os.ReadFile(filepath.Join(root, "hf-chat-templates", "google-gemma-2-2b-it.jinja"))
-	if err != nil {
-		t.Skipf("shared chat template not available: %v", err)
-	}
-	f, err := gguf.OpenFile(storiesPath(t), gguf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := gguf.Rewrite(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Size = 0
-	w.SetKV("tokenizer.chat_template", gguf.String(string(tmpl)))
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "stories-chat.gguf")
-	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+// chatModelPath is the story model carrying a real chat template.
+func chatModelPath(t testing.TB) string { return testmodel.StoriesWithTemplate(t) }
 
 // load opens a model for a test with parallel slots and a context of ctx
 // tokens.

@@ -11,41 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
+	"github.com/weftlm/weft/internal/testmodel"
 
-	"github.com/weftlm/weft/gguf"
+	"github.com/creack/pty"
 )
 
-// templateModel writes a copy of stories260K carrying a real chat template
-// (Gemma 2's, from the shared templates) so chat can be tested end to end.
-func templateModel(t *testing.T) string {
-	t.Helper()
-	root := sharedTestdata(t)
-	tmpl, err := os.ReadFile(filepath.Join(root, "hf-chat-templates", "google-gemma-2-2b-it.jinja"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.OpenFile(filepath.Join(root, "gguf-stories260K", "stories260K.gguf"), gguf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := gguf.Rewrite(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Size = 0
-	w.SetKV("tokenizer.chat_template", gguf.String(string(tmpl)))
-	out := filepath.Join(t.TempDir(), "stories-chat.gguf")
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+// templateModel is the story model with a real chat template.
+func templateModel(t *testing.T) string { return testmodel.StoriesWithTemplate(t) }
 
 // screen collects what the child writes to its terminal.
 type screen struct {
