@@ -128,7 +128,8 @@ func BenchmarkPrefill(b *testing.B) {
 // TestSynthBenchModels writes the random-weight models the performance
 // notes measure, into $WEFT_BENCH_SYNTH: each Hugging Face config named in
 // $WEFT_BENCH_CONFIGS (name=path, comma-separated) at Q4_0, Q8_0 and
-// BF16, as name-TYPE.gguf, all at once (one goroutine a file).
+// BF16 (or the types in $WEFT_BENCH_TYPES), as name-TYPE.gguf, all at
+// once (one goroutine a file).
 func TestSynthBenchModels(t *testing.T) {
 	dir, configs := os.Getenv("WEFT_BENCH_SYNTH"), os.Getenv("WEFT_BENCH_CONFIGS")
 	if dir == "" || configs == "" {
@@ -146,7 +147,18 @@ func TestSynthBenchModels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, typ := range []ggml.Type{ggml.Q4_0, ggml.Q8_0, ggml.BF16} {
+		types := []ggml.Type{ggml.Q4_0, ggml.Q8_0, ggml.BF16}
+		if list := os.Getenv("WEFT_BENCH_TYPES"); list != "" {
+			types = nil
+			for _, name := range strings.Split(list, ",") {
+				typ, err := ggml.ParseType(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				types = append(types, typ)
+			}
+		}
+		for _, typ := range types {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -269,4 +281,39 @@ func spread(xs []float64) string {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return fmt.Sprintf("%.1f [%.1f-%.1f]", s[len(s)/2], s[0], s[len(s)-1])
+}
+
+// TestProfileDecode runs $WEFT_PROFILE_STEPS (default 30) decode steps of
+// the GGUF in $WEFT_PROFILE, for a kernel profiler (ncu) to time the
+// launches of a few steps in the middle.
+func TestProfileDecode(t *testing.T) {
+	path := os.Getenv("WEFT_PROFILE")
+	if path == "" {
+		t.Skip("set WEFT_PROFILE to a GGUF")
+	}
+	steps := 30
+	if s := os.Getenv("WEFT_PROFILE_STEPS"); s != "" {
+		fmt.Sscan(s, &steps)
+	}
+	gpu := newGPU(t)
+	w, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	m, err := engine.Load(w, gpu, engine.Options{Context: 1024, MaxBatch: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seq, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := make([]float32, m.Vocab())
+	for i := range steps {
+		if err := seq.ForwardInto([]int32{int32(i + 7)}, false, logits); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -155,9 +155,9 @@ func TestPlan(t *testing.T) {
 		gemm bool
 		want []string
 	}{
-		{false, []string{"embed_q8_0", "rmsnorm", "quantize_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
+		{false, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
 			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
-		{true, []string{"embed_q8_0", "rmsnorm", "quantize_q8", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
+		{true, []string{"embed_q8_0", "rmsnorm_q8", "rmsnorm", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
 			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 	} {
@@ -185,9 +185,10 @@ func TestPlan(t *testing.T) {
 		if m := pl.mats[2]; m.rowBytes != 32 || m.dOff != 64*32 {
 			t.Errorf("Q4_0 64x64 described as %+v", m)
 		}
-		// 64 rows on 4 multiprocessors: 16 blocks of 4 rows.
-		if c := pl.calls[3]; c.gridX != 16 || c.gridY != gridOne || c.block != 128 {
-			t.Errorf("matvec launch %+v", c)
+		// 64 short rows on 4 multiprocessors: 8 blocks of 8 rows.
+		mv := pl.calls[slices.IndexFunc(pl.calls, func(c call) bool { return c.kernel == "matvec_q4_0" })]
+		if mv.gridX != 8 || mv.gridY != gridOne || mv.block != 128 || mv.args[len(mv.args)-1] != i32(8) {
+			t.Errorf("matvec launch %+v", mv)
 		}
 		if pl.scratch[scratchQ8] != 4*64 || pl.scratch[scratchQ8DS] != 4*2*8 {
 			t.Errorf("scratch %v", pl.scratch)
@@ -199,9 +200,9 @@ func TestPlan(t *testing.T) {
 }
 
 // TestPlanFusesAndShares checks that products of one input quantize it
-// once, that a product followed by a residual add does the add itself on
-// the matrix-vector path, and that a write to the input forgets its
-// quantized copy.
+// once, by the norm that wrote it where there is one, that a product
+// followed by a residual add does the add itself on the matrix-vector
+// path, and that a write to the input forgets its quantized copy.
 func TestPlanFusesAndShares(t *testing.T) {
 	b := newProg(t, 1, 4, 1, 32, 64)
 	x, xn, q, k, o, logits := b.buf(64), b.buf(64), b.buf(64), b.buf(32), b.buf(64), b.buf(64)
@@ -219,11 +220,13 @@ func TestPlanFusesAndShares(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var quantizes, adds []call
+		var quantizes, norms, adds []call
 		for _, c := range pl.calls {
 			switch c.kernel {
-			case "quantize_q8":
+			case "quantize_q8", "rmsnorm_q8":
 				quantizes = append(quantizes, c)
+			case "rmsnorm":
+				norms = append(norms, c)
 			case "add":
 				adds = append(adds, c)
 			case "matvec_q4_0":
@@ -232,15 +235,80 @@ func TestPlanFusesAndShares(t *testing.T) {
 				}
 			}
 		}
-		// xn for q and k, q for o, xn again after the norm rewrote it.
-		if len(quantizes) != 3 || quantizes[0].op != 2 || quantizes[1].op != 4 || quantizes[2].op != 7 {
+		// xn for q and k by its norm, q for o, xn again by the norm that
+		// rewrote it.
+		if len(quantizes) != 3 || quantizes[0].op != 1 || quantizes[1].op != 4 || quantizes[2].op != 6 ||
+			quantizes[0].kernel != "rmsnorm_q8" || quantizes[1].kernel != "quantize_q8" {
 			t.Errorf("gemm=%v: quantizes at %+v", gemm, quantizes)
+		}
+		// With cuBLAS, large batches take the plain norm.
+		if (len(norms) != 0) != gemm {
+			t.Errorf("gemm=%v: plain norms %+v", gemm, norms)
 		}
 		switch {
 		case !gemm && len(adds) != 0:
 			t.Errorf("the fused add still runs: %+v", adds)
 		case gemm && (len(adds) != 1 || adds[0].cond != large):
 			t.Errorf("with cuBLAS the add must run on large batches only: %+v", adds)
+		}
+	}
+}
+
+// TestPlanRopeStore checks that rope of q and k by one table and the
+// store of k and v become one launch, and stay three otherwise.
+func TestPlanRopeStore(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		kTable int
+		want   []string
+	}{
+		{"fused", 0, []string{"rope_store", "attention"}},
+		{"two tables", 1, []string{"rope", "rope", "store_kv", "attention"}},
+	} {
+		b := newProg(t, 1, 4, 1, 32, 64)
+		q, k, v, att := b.buf(64), b.buf(32), b.buf(32), b.buf(64)
+		b.cache(32, 32)
+		b.rope(16, 10000)
+		b.rope(16, 1000)
+		b.op(backend.Op{Kind: backend.OpRope, A: q, Table: 0, NHeads: 4, HeadDim: 16, RopeDim: 16})
+		b.op(backend.Op{Kind: backend.OpRope, A: k, Table: tc.kTable, NHeads: 2, HeadDim: 16, RopeDim: 16})
+		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
+		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: 4, NKV: 2, HeadDim: 16, Scale: 0.25})
+		b.p.Logits = att
+		pl, err := plan(b.p, planOptions{sms: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kernels []string
+		for _, c := range pl.calls {
+			if c.cond != large {
+				kernels = append(kernels, c.kernel)
+			}
+		}
+		if !slices.Equal(kernels, tc.want) {
+			t.Errorf("%s: kernels %v, want %v", tc.name, kernels, tc.want)
+		}
+	}
+	// The fused launch still checks each op.
+	b := newProg(t, 1, 4, 1, 32, 64)
+	q, k, v := b.buf(64), b.buf(32), b.buf(32)
+	b.cache(16, 32)
+	b.rope(16, 10000)
+	b.op(backend.Op{Kind: backend.OpRope, A: q, NHeads: 4, HeadDim: 16, RopeDim: 16})
+	b.op(backend.Op{Kind: backend.OpRope, A: k, NHeads: 2, HeadDim: 16, RopeDim: 16})
+	b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
+	b.p.Logits = q
+	if _, err := plan(b.p, planOptions{}); err == nil || !strings.Contains(err.Error(), "op 2 (store_kv") {
+		t.Errorf("a store into a cache of the wrong width: %v", err)
+	}
+}
+
+func TestRowsPerBlock(t *testing.T) {
+	for _, tc := range []struct{ n, chunks, want int }{
+		{8192, 64, 8}, {8192, 128, 4}, {2048, 64, 4}, {1024, 64, 2}, {1024, 128, 2}, {600, 64, 2}, {512, 64, 1},
+	} {
+		if got := rowsPerBlock(tc.n, tc.chunks, 132); got != tc.want {
+			t.Errorf("%d rows of %d chunks: %d rows a block, want %d", tc.n, tc.chunks, got, tc.want)
 		}
 	}
 }

@@ -22,7 +22,7 @@ const (
 	attrCCMinor         = 76
 )
 
-// minDriver is the oldest driver API accepted: CUDA 12.0.
+// minDriver is the oldest driver API accepted: CUDA 12.0 (cuLaunchKernelEx).
 const minDriver = 12000
 
 // driverAPI is the part of libcuda.so.1 weft calls. Fields are filled by
@@ -67,6 +67,7 @@ type driverAPI struct {
 	memcpyHtoD    uintptr `raw:"cuMemcpyHtoD_v2"`
 	memcpyDtoH    uintptr `raw:"cuMemcpyDtoH_v2"`
 	graphLaunch   uintptr `raw:"cuGraphLaunch"`
+	launchEx      uintptr `raw:"cuLaunchKernelEx"`
 
 	version int // cuDriverGetVersion: 1000*major + 10*minor
 }

@@ -39,6 +39,9 @@ type exec struct {
 	// that shape (rows <= smallRows); captured on first use on stream.
 	graphs [smallRows + 1][smallRows + 1][2]uintptr
 	stream uintptr
+	pdl    bool // capture with programmatic dependent launch
+	cfg    launchConfig
+	attr   launchAttr
 
 	alpha, beta float32  // cuBLAS scalars, read through pointers
 	sys         callArgs // arguments of the replay's driver calls
@@ -76,7 +79,8 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	if err := b.current(); err != nil {
 		return nil, err
 	}
-	e := &exec{be: b, p: p, debugSync: os.Getenv("WEFT_CUDA_SYNC") == "1", alpha: 1}
+	e := &exec{be: b, p: p, debugSync: os.Getenv("WEFT_CUDA_SYNC") == "1", alpha: 1,
+		pdl: b.target.arch >= 90 && os.Getenv("WEFT_CUDA_PDL") != "0"}
 	if err := e.allocate(pl); err != nil {
 		e.free()
 		return nil, err

@@ -16,9 +16,16 @@ import (
 
 // kernelSource is the CUDA C of every kernel, compiled once per device
 // architecture, driver and NVRTC version, then cached.
-//
-//go:embed kernels.cu
-var kernelSource string
+var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU
+
+var (
+	//go:embed kernels.cu
+	kernelsCU string
+	//go:embed matvec.cu
+	matvecCU string
+	//go:embed attention.cu
+	attentionCU string
+)
 
 // nvrtcAPI is the part of libnvrtc weft calls.
 type nvrtcAPI struct {

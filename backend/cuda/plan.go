@@ -217,6 +217,11 @@ type planned struct {
 // it once.
 type planState struct {
 	q8, x16 *scratchHolds
+	// fuse, when set, is the condition under which the next op's output
+	// feeds a product by a Q8_0 or Q4_0 weight; an op that can quantize
+	// its own output for it sets fused.
+	fuse  *cond
+	fused bool
 }
 
 type scratchHolds struct {
@@ -277,11 +282,19 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	st := &planState{}
 	fusedAdd := -1 // the op index of an add folded into the product before it
 	addCond := always
-	for i := range p.Ops {
+	for i := 0; i < len(p.Ops); i++ {
 		op := &p.Ops[i]
 		var calls []call
 		var err error
 		switch {
+		case op.Kind == backend.OpRope && i+2 < len(p.Ops) && ropeStoreFusable(p, op, &p.Ops[i+1], &p.Ops[i+2]):
+			c, err := planRopeStore(p, pl, st, i, opt)
+			if err != nil {
+				return nil, err
+			}
+			pl.calls = append(pl.calls, c)
+			i += 2
+			continue
 		case i == fusedAdd:
 			// The product wrote the sum on the matrix-vector path; the
 			// add still runs where the product went to cuBLAS (the
@@ -302,7 +315,17 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 				}
 			}
 		default:
+			st.fuse, st.fused = q8Consumer(p, pl, i, opt), false
 			calls, err = planOp(p, pl, st, op, opt, backend.BufID(-1))
+			if err == nil && st.fused {
+				out, _ := opOutput(op)
+				which := metaRows
+				if op.OnSelected {
+					which = metaSelected
+				}
+				st.q8 = &scratchHolds{buf: out, which: which, cond: *st.fuse}
+			}
+			st.fuse = nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("cuda: op %d (%s, layer %d): %w", i, op.Kind, op.Layer, err)
@@ -313,6 +336,38 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 		}
 	}
 	return pl, nil
+}
+
+// q8Consumer returns the condition under which op i's output is
+// quantized for the product right after it (a Q8_0 or Q4_0 weight reading
+// that output), or nil when there is none.
+func q8Consumer(p *backend.Program, pl *planned, i int, opt planOptions) *cond {
+	if i+1 >= len(p.Ops) {
+		return nil
+	}
+	op, next := &p.Ops[i], &p.Ops[i+1]
+	out, ok := opOutput(op)
+	if !ok || next.Kind != backend.OpMatMul || next.A != out || next.OnSelected != op.OnSelected ||
+		out < 0 || int(out) >= len(p.Bufs) || next.W < 0 || int(next.W) >= len(pl.mats) {
+		return nil
+	}
+	m := &pl.mats[next.W]
+	if !m.quantized() || m.cols != p.Bufs[out] {
+		return nil
+	}
+	c := always
+	if gemmUsable(m, opt) {
+		c = small
+	}
+	return &c
+}
+
+// withQ8 is c with the quantized scratch areas appended to its arguments,
+// under the kernel name kernel and the condition cond.
+func withQ8(c call, kernel string, when cond) call {
+	c.kernel, c.cond = kernel, when
+	c.args = append(append([]arg(nil), c.args...), scratch(scratchQ8), scratch(scratchQ8DS))
+	return c
 }
 
 // fusable reports whether add (the op after the product mm) adds mm's
@@ -399,9 +454,13 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		if op.Group <= 0 || !m.vector || m.cols != op.Group || cols(op.A)%op.Group != 0 || cols(op.Out) != cols(op.A) {
 			return nil, fmt.Errorf("norm %q of %d (f32=%v) over groups of %d in %d columns", m.name, m.cols, m.vector, op.Group, cols(op.A))
 		}
-		block := uint32(min(256, (op.Group+31)/32*32))
-		return one(call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block,
-			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}})
+		block := uint32(min(1024, (op.Group+31)/32*32))
+		c := call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block, which: which,
+			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}}
+		if st.fuse != nil && op.Group == cols(op.A) && op.Group%32 == 0 {
+			return fusedQ8(st, c, "rmsnorm_q8"), nil
+		}
+		return []call{c}, nil
 
 	case backend.OpMatMul:
 		m, err := weightOK(op.W, false)
@@ -465,7 +524,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 				metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(c.KVDim), i32(c.Capacity)}})
 
 	case backend.OpAttention:
-		return planAttention(p, op, meta)
+		return planAttention(p, st, op, meta)
 
 	case backend.OpAdd, backend.OpGLU:
 		if err := bufOK(op.Out, op.A, op.B); err != nil {
@@ -476,14 +535,18 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		}
 		c := call{kernel: "add", gridX: blocks(cols(op.A), elemBlock), gridY: rows, block: elemBlock,
 			args: []arg{buf(op.Out), buf(op.A), buf(op.B), meta, i32(which), i32(cols(op.A))}}
+		c.which = which
 		if op.Kind == backend.OpGLU {
 			if op.Act != backend.ActSiLU && op.Act != backend.ActGELUTanh {
 				return nil, fmt.Errorf("unknown activation %d", op.Act)
 			}
 			c.kernel = "glu"
 			c.args = append(c.args, i32(op.Act))
+			if st.fuse != nil && cols(op.A)%32 == 0 {
+				return fusedQ8(st, c, "glu_q8"), nil
+			}
 		}
-		return one(c)
+		return []call{c}, nil
 
 	case backend.OpGather:
 		if err := bufOK(op.Out, op.A); err != nil {
@@ -506,6 +569,18 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 			args: []arg{buf(op.Out), buf(op.A), meta, i32(which), i32(cols(op.A)), f32(op.Cap)}})
 	}
 	return nil, fmt.Errorf("unsupported op %s", op.Kind)
+}
+
+// fusedQ8 returns c's quantizing variant under the condition st.fuse and,
+// where that covers only small batches, c itself for the large ones.
+func fusedQ8(st *planState, c call, kernel string) []call {
+	st.fused = true
+	calls := []call{withQ8(c, kernel, *st.fuse)}
+	if *st.fuse == small {
+		c.cond = large
+		calls = append(calls, c)
+	}
+	return calls
 }
 
 // opOutput is the buffer an op writes, if any.

@@ -18,17 +18,43 @@ func rowsOf(which int) gridRows {
 	return gridAll
 }
 
-// rowsPerBlock picks how many output rows a matrix-vector block covers (its
-// four warps split each row's K among 4/rpb of them) so that a launch has
-// at least two blocks per multiprocessor.
-func rowsPerBlock(n, sms int) int {
+// rowsPerBlock picks how many output rows a matrix-vector block covers so
+// that a launch has at least two blocks per multiprocessor: 8 (half a
+// warp a row) where a row is at most 64 chunks of 16 bytes, so each lane
+// still has several loads in flight; 4 (a warp a row); 2 or 1 (2 or 4
+// warps split a row's K).
+func rowsPerBlock(n, chunks, sms int) int {
 	switch {
+	case chunks <= 64 && n/8 >= 2*sms:
+		return 8
 	case n/4 >= 2*sms:
 		return 4
 	case n/2 >= 2*sms:
 		return 2
 	}
 	return 1
+}
+
+// mvGridPerSM bounds a matrix-vector grid: blocks loop over their groups
+// of rows, so a few blocks per multiprocessor stream the whole weight.
+const mvGridPerSM = 4
+
+// chunks is the 16-byte loads a row of m takes in the matrix-vector kernel.
+func (m *matInfo) chunks() int {
+	switch m.typ {
+	case "Q4_0":
+		return m.cols / 32
+	case "Q8_0":
+		return m.cols / 16
+	case "F32":
+		return m.cols / 4
+	}
+	return m.cols / 8
+}
+
+// gemmUsable reports whether cuBLAS takes products by m for large counts.
+func gemmUsable(m *matInfo, opt planOptions) bool {
+	return opt.gemm && m.typ != "F32" && m.cols%8 == 0 && (m.typ == "F16" || int64(m.rows)*int64(m.cols)*2 <= maxW16Bytes)
 }
 
 // planMatMul returns a checked product's launches: the matrix-vector
@@ -40,7 +66,7 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 	t := weightTypes[m.typ]
 	meta := metaField(-1, p.MaxRows)
 	k, n := m.cols, m.rows
-	useGemm := opt.gemm && m.typ != "F32" && k%8 == 0 && (m.typ == "F16" || int64(n)*int64(k)*2 <= maxW16Bytes)
+	useGemm := gemmUsable(m, opt)
 	mvCond := always
 	if useGemm {
 		mvCond = small
@@ -57,7 +83,7 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 		pl.need(scratchQ8, p.MaxRows*k)
 		pl.need(scratchQ8DS, p.MaxRows*k/32*8)
 	}
-	rpb := rowsPerBlock(n, opt.sms)
+	rpb := rowsPerBlock(n, m.chunks(), opt.sms)
 	r, b := null, null
 	if resid >= 0 {
 		r = buf(resid)
@@ -65,7 +91,7 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 	if op.Bias != backend.NoWeight {
 		b = weight(op.Bias)
 	}
-	calls = append(calls, call{kernel: "matvec_" + t, gridX: blocks(n, rpb), gridY: gridOne, block: 32 * mvWarps, cond: mvCond,
+	calls = append(calls, call{kernel: "matvec_" + t, gridX: min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms)), gridY: gridOne, block: 32 * mvWarps, cond: mvCond,
 		args: []arg{buf(op.Out), r, x, ds, weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b, meta, i32(which), i32(k), i32(n), i32(rpb)}})
 	if !useGemm {
 		return calls
@@ -97,7 +123,7 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 
 // planAttention checks an attention op and returns the decode kernel and,
 // where the head size suits it, the tiled kernel for large batches.
-func planAttention(p *backend.Program, op *backend.Op, meta arg) ([]call, error) {
+func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) ([]call, error) {
 	for _, id := range []backend.BufID{op.Out, op.A} {
 		if id < 0 || int(id) >= len(p.Bufs) {
 			return nil, fmt.Errorf("buffer %d out of range", id)
@@ -125,9 +151,16 @@ func planAttention(p *backend.Program, op *backend.Op, meta arg) ([]call, error)
 	args := []arg{buf(op.Out), buf(op.A), {kind: argCacheK, id: op.Layer}, {kind: argCacheV, id: op.Layer}, meta,
 		metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(op.NHeads), i32(op.NKV), i32(hd),
 		i32(c.Capacity), f32(op.Scale), f32(op.Cap), i32(op.Window)}
+	tiles := hd%4 == 0 && hd <= 128
+	// The decode kernel quantizes its output for a following product
+	// wherever it is the only kernel that runs on such batches.
+	q8, ds := null, null
+	if st.fuse != nil && hd%32 == 0 && (!tiles || *st.fuse == small) {
+		q8, ds, st.fused = scratch(scratchQ8), scratch(scratchQ8DS), true
+	}
 	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
-		shared: uint32(4 * attentionWarps * (hd + 2)), args: args, which: metaRows}
-	if hd%4 != 0 || hd > 128 {
+		shared: uint32(4 * attentionWarps * (hd + 2)), args: append(append([]arg(nil), args...), q8, ds), which: metaRows}
+	if !tiles {
 		return []call{dec}, nil
 	}
 	kernel, qpw := "attention_tiled_64", 4
@@ -138,4 +171,34 @@ func planAttention(p *backend.Program, op *backend.Op, meta arg) ([]call, error)
 	tiled := call{kernel: kernel, gridX: uint32(op.NKV), gridY: gridTiles, block: 32 * attTileWarps, cond: large, which: metaRows,
 		shared: uint32(4 * (attTileKeys*(hd+4) + attTileKeys*hd + attTileWarps*qpw*hd + attTileWarps*attTileKeys)), args: args}
 	return []call{dec, tiled}, nil
+}
+
+// ropeStoreFusable reports whether rope of q, rope of k and the store of
+// k and v follow each other with one table, so one rope_store launch can
+// do all three.
+func ropeStoreFusable(p *backend.Program, rq, rk, store *backend.Op) bool {
+	return rk.Kind == backend.OpRope && store.Kind == backend.OpStoreKV && !rq.OnSelected && !rk.OnSelected &&
+		rk.Table == rq.Table && rk.Layout == rq.Layout && rk.HeadDim == rq.HeadDim && rk.RopeDim == rq.RopeDim &&
+		rk.A != rq.A && store.A == rk.A && store.B != rq.A && store.B != rk.A
+}
+
+// planRopeStore checks ops i, i+1 and i+2 (rope of q, rope of k, store of
+// k and v) as their own launches would be, and returns the one launch
+// doing all three.
+func planRopeStore(p *backend.Program, pl *planned, st *planState, i int, opt planOptions) (call, error) {
+	for k := i; k <= i+2; k++ {
+		if _, err := planOp(p, pl, st, &p.Ops[k], opt, backend.BufID(-1)); err != nil {
+			return call{}, fmt.Errorf("cuda: op %d (%s, layer %d): %w", k, p.Ops[k].Kind, p.Ops[k].Layer, err)
+		}
+	}
+	rq, rk, store := &p.Ops[i], &p.Ops[i+1], &p.Ops[i+2]
+	c := p.Caches[store.Layer]
+	neox := 0
+	if rq.Layout == backend.RopeNeoX {
+		neox = 1
+	}
+	return call{op: i, kernel: "rope_store", gridX: uint32(rq.NHeads + rk.NHeads), gridY: gridAll, block: uint32(min(256, (rq.HeadDim+31)/32*32)), which: metaRows,
+		args: []arg{buf(rq.A), buf(rk.A), buf(store.B), {kind: argCacheK, id: store.Layer}, {kind: argCacheV, id: store.Layer},
+			{kind: argRope, id: rq.Table}, metaField(-1, p.MaxRows), metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows),
+			i32(rq.NHeads), i32(rk.NHeads), i32(rq.HeadDim), i32(rq.RopeDim / 2), i32(neox), i32(c.Capacity)}}, nil
 }

@@ -12,6 +12,31 @@ import (
 // process use the driver while a graph is being captured.
 const captureRelaxed = 2
 
+// launchConfig is CUlaunchConfig, launchAttr CUlaunchAttribute (an id and
+// a 64-byte value union), laid out as the C structs are on 64-bit hosts.
+type launchConfig struct {
+	gridX, gridY, gridZ    uint32
+	blockX, blockY, blockZ uint32
+	shared                 uint32
+	_                      uint32
+	stream                 uintptr
+	attrs                  uintptr
+	numAttrs               uint32
+	_                      uint32
+}
+
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [64]byte
+}
+
+// attrProgrammaticSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: a kernel may
+// start launching while the one before it runs (programmatic dependent
+// launch); the kernels wait for their inputs in pdl().
+const attrProgrammaticSerialization = 6
+
 // Run implements backend.Exec: it stages the batch into meta, runs the
 // launches that apply to the batch on the default stream (a small batch
 // as one graph replay) and copies the selected rows' logits, or hidden
@@ -59,7 +84,14 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 	if rows <= smallRows && !e.debugSync {
 		g := &e.graphs[rows][sel][hidden]
 		if *g == 0 {
-			if err := e.capture(g, rows, sel, b.HiddenOnly); err != nil {
+			err := e.capture(g, rows, sel, b.HiddenOnly, e.pdl)
+			if err != nil && e.pdl {
+				// A driver or device without programmatic dependent
+				// launch: capture plain launches from now on.
+				e.pdl = false
+				err = e.capture(g, rows, sel, b.HiddenOnly, false)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -73,7 +105,7 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 			if !l.runs(rows, sel, b.HiddenOnly) {
 				continue
 			}
-			r := e.launch(l, rows, sel, 0)
+			r := e.launch(l, rows, sel, 0, false)
 			if r == 0 && e.debugSync {
 				r = d.cuCtxSynchronize()
 			}
@@ -111,8 +143,9 @@ func (l *launch) runs(rows, sel int, hidden bool) bool {
 	return true
 }
 
-// launch issues one kernel (or cuBLAS product) on stream.
-func (e *exec) launch(l *launch, rows, sel int, stream uintptr) cuResult {
+// launch issues one kernel (or cuBLAS product) on stream; pdl launches
+// it with programmatic stream serialization.
+func (e *exec) launch(l *launch, rows, sel int, stream uintptr, pdl bool) cuResult {
 	c := &e.sys
 	n := rows
 	if l.which == metaSelected {
@@ -134,6 +167,15 @@ func (e *exec) launch(l *launch, rows, sel int, stream uintptr) cuResult {
 	case gridTiles:
 		gy = uintptr((rows + attTileRows - 1) / attTileRows)
 	}
+	if pdl {
+		cfg := &e.cfg
+		*cfg = launchConfig{gridX: l.gridX, gridY: uint32(gy), gridZ: 1, blockX: l.block, blockY: 1, blockZ: 1, shared: l.shared,
+			stream: stream, attrs: uintptr(unsafe.Pointer(&e.attr)), numAttrs: 1}
+		e.attr = launchAttr{id: attrProgrammaticSerialization}
+		e.attr.value[0] = 1
+		*c = callArgs{uintptr(unsafe.Pointer(cfg)), l.fn, l.params, 0}
+		return c.call(e.be.drv.launchEx, 4)
+	}
 	*c = callArgs{l.fn, uintptr(l.gridX), gy, 1, uintptr(l.block), 1, 1, uintptr(l.shared), stream, l.params, 0}
 	return c.call(e.be.drv.launchKernel, 11)
 }
@@ -148,7 +190,7 @@ func (e *exec) launchErr(l *launch, r cuResult) error {
 
 // capture records every launch of a batch shape into a graph on the
 // exec's stream and instantiates it into *g.
-func (e *exec) capture(g *uintptr, rows, sel int, hidden bool) error {
+func (e *exec) capture(g *uintptr, rows, sel int, hidden, pdl bool) error {
 	d := e.be.drv
 	if r := d.cuStreamBeginCapture(e.stream, captureRelaxed); r != 0 {
 		return fmt.Errorf("cuda: starting a graph capture: %w", d.err(r))
@@ -163,7 +205,7 @@ func (e *exec) capture(g *uintptr, rows, sel int, hidden bool) error {
 			failed = fmt.Errorf("cuda: op %d: a cuBLAS product in a small batch", l.op)
 			break
 		}
-		if r := e.launch(l, rows, sel, e.stream); r != 0 {
+		if r := e.launch(l, rows, sel, e.stream, pdl); r != 0 {
 			op := &e.p.Ops[l.op]
 			failed = fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, d.err(r))
 			break

@@ -1,0 +1,229 @@
+// Attention: the decode kernel (a block per head and row) and the tiled
+// prefill kernel. Compiled after kernels.cu, whose helpers they use.
+
+// The most head dims attention handles: each lane holds MAXD/32 of them.
+#define MAXD 512
+
+// attention: out[r, h] = softmax(scale * q[r, h] · K) · V over the row's
+// slot, positions [first, pos] (first = pos-window+1 with a window, else
+// 0), with an optional soft-cap of the scores. One block per (head, row);
+// each warp runs an online softmax over every nw-th position (lane l holds
+// dims l, l+32, ...), then the warps' partial results are merged through
+// shared memory: nw*hd accumulators, nw maxima, nw sums. Grid (nheads,
+// rows). The decode path: few rows, each reading its own positions. With
+// qa set it also quantizes its output as quantize_q8 does.
+extern "C" __global__ void attention(float* out, const float* q, const float* kc, const float* vc, const int* meta,
+                                     const int* pos, const int* slots, int nheads, int nkv, int hd, int cap,
+                                     float scale, float softcap, int window, signed char* qa, float2* ds) {
+    pdl();
+    extern __shared__ float sm[];
+    int h = blockIdx.x, r = blockIdx.y;
+    if (r >= meta[0]) return;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int p = pos[r], first = window > 0 ? max(0, p - window + 1) : 0;
+    int kvdim = nkv * hd;
+    u64 base = (u64)slots[r] * cap * kvdim + (u64)(h / (nheads / nkv)) * hd;
+    const float* qh = q + (u64)r * nheads * hd + (u64)h * hd;
+
+    float qv[MAXD / 32], acc[MAXD / 32];
+#pragma unroll
+    for (int k = 0; k < MAXD / 32; k++) {
+        int d = lane + 32 * k;
+        qv[k] = d < hd ? qh[d] : 0.f;
+        acc[k] = 0.f;
+    }
+    float m = NEG_INF, l = 0.f;
+    for (int j = first + warp; j <= p; j += nw) {
+        u64 at = base + (u64)(j % cap) * kvdim;
+        const float* kj = kc + at;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < MAXD / 32; k++) {
+            int d = lane + 32 * k;
+            if (d < hd) s += qv[k] * kj[d];
+        }
+        s = warp_sum(s) * scale;
+        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+        float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
+        l = l * corr + e;
+        const float* vj = vc + at;
+#pragma unroll
+        for (int k = 0; k < MAXD / 32; k++) {
+            int d = lane + 32 * k;
+            if (d < hd) acc[k] = acc[k] * corr + e * vj[d];
+        }
+        m = mn;
+    }
+
+    float* sacc = sm;               // [nw, hd]
+    float* sm_m = sm + nw * hd;     // [nw]
+    float* sm_l = sm_m + nw;        // [nw]
+#pragma unroll
+    for (int k = 0; k < MAXD / 32; k++) {
+        int d = lane + 32 * k;
+        if (d < hd) sacc[warp * hd + d] = acc[k];
+    }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+    __syncthreads();
+    // Position p is always visible, so at least one warp has a finite max;
+    // a warp that saw no position has m = -inf and weighs exp(-inf) = 0.
+    float M = NEG_INF;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, sm_m[w]);
+    float L = 0.f;
+    for (int w = 0; w < nw; w++) L += sm_l[w] * expf(sm_m[w] - M);
+    u64 ob = (u64)r * nheads * hd + (u64)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.f;
+        for (int w = 0; w < nw; w++) v += sacc[w * hd + d] * expf(sm_m[w] - M);
+        v /= L;
+        out[ob + d] = v;
+        // With qa set (hd a multiple of 32), each warp's 32 dims are one
+        // block of the quantized output.
+        if (qa) q8_store(v, qa + ob + d, ds + ((ob + d) >> 5), lane);
+    }
+}
+
+// attention_tiled is the prefill path: one block per (kv head, AT_ROWS
+// consecutive rows). Rows of one slot form a segment whose query vectors
+// (rows × the kv head's nheads/nkv query heads) share every tile of AT_KT
+// keys and values loaded into shared memory, so the cache is read once
+// per segment rather than once per query. Each of the AT_WARPS warps
+// runs an online softmax for QPW query vectors: lane l scores key l of
+// the tile, then owns dims l, l+32, ... of the output. Needs hd % 4 == 0
+// and hd <= 32*HD4. Shared memory: keys [AT_KT][hd+4] (the pad keeps
+// 16-byte rows on distinct banks), values [AT_KT][hd], scaled queries
+// [AT_WARPS*QPW][hd], probabilities [AT_WARPS][AT_KT].
+#define AT_ROWS 8
+#define AT_KT 32
+#define AT_WARPS 8
+
+template <int HD4, int QPW>
+__device__ void attention_tiled(float* out, const float* q, const float* kc, const float* vc, const int* meta,
+                                const int* pos, const int* slots, int nheads, int nkv, int hd, int cap, float scale,
+                                float softcap, int window) {
+    extern __shared__ __align__(16) float smt[];
+    int rows = meta[0], g = blockIdx.x;
+    int rbeg = blockIdx.y * AT_ROWS;
+    if (rbeg >= rows) return;
+    int rend = min(rows, rbeg + AT_ROWS);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int hdp = hd + 4, G = nheads / nkv, kvdim = nkv * hd;
+    float* Ks = smt;
+    float* Vs = Ks + AT_KT * hdp;
+    float* Qs = Vs + AT_KT * hd;
+    float* Ps = Qs + AT_WARPS * QPW * hd;
+
+    for (int s0 = rbeg; s0 < rend;) {
+        int slot = slots[s0], s1 = s0 + 1;
+        while (s1 < rend && slots[s1] == slot) s1++;
+        int kmin = 0x7fffffff, kmax = -1;
+        for (int r = s0; r < s1; r++) {
+            int p = pos[r];
+            kmin = min(kmin, window > 0 ? max(0, p - window + 1) : 0);
+            kmax = max(kmax, p);
+        }
+        u64 base = (u64)slot * cap * kvdim + (u64)g * hd;
+        int nvec = (s1 - s0) * G;
+        for (int v0 = 0; v0 < nvec; v0 += AT_WARPS * QPW) {
+            __syncthreads(); // the previous pass is done with Qs
+            for (int t = threadIdx.x; t < AT_WARPS * QPW * hd; t += blockDim.x) {
+                int vi = t / hd, d = t - vi * hd, v = v0 + vi;
+                float x = 0.f;
+                if (v < nvec) {
+                    int r = s0 + v / G, h = g * G + v % G;
+                    x = q[(u64)r * nheads * hd + (u64)h * hd + d] * scale;
+                }
+                Qs[t] = x;
+            }
+            float m[QPW], l[QPW], acc[QPW][HD4];
+            int last[QPW], first[QPW];
+#pragma unroll
+            for (int i = 0; i < QPW; i++) {
+                m[i] = NEG_INF;
+                l[i] = 0.f;
+#pragma unroll
+                for (int c = 0; c < HD4; c++) acc[i][c] = 0.f;
+                int v = v0 + warp * QPW + i;
+                last[i] = -1;
+                first[i] = 0;
+                if (v < nvec) {
+                    int p = pos[s0 + v / G];
+                    last[i] = p;
+                    first[i] = window > 0 ? max(0, p - window + 1) : 0;
+                }
+            }
+            for (int k0 = kmin; k0 <= kmax; k0 += AT_KT) {
+                __syncthreads(); // every warp is done with the last tile
+                int n4 = hd >> 2;
+                for (int t = threadIdx.x; t < AT_KT * n4; t += blockDim.x) {
+                    int kk = t / n4, d = (t - kk * n4) * 4, kp = k0 + kk;
+                    float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+                    if (kp <= kmax) {
+                        u64 at = base + (u64)(kp % cap) * kvdim + d;
+                        kv = *(const float4*)(kc + at);
+                        vv = *(const float4*)(vc + at);
+                    }
+                    *(float4*)(Ks + kk * hdp + d) = kv;
+                    *(float4*)(Vs + kk * hd + d) = vv;
+                }
+                __syncthreads();
+#pragma unroll
+                for (int i = 0; i < QPW; i++) {
+                    if (last[i] < k0 || first[i] > k0 + AT_KT - 1) continue; // no visible key in this tile
+                    const float* qv = Qs + (warp * QPW + i) * hd;
+                    const float* kr = Ks + lane * hdp;
+                    float s = 0.f;
+                    for (int d = 0; d < hd; d += 4) {
+                        float4 a = *(const float4*)(qv + d), b = *(const float4*)(kr + d);
+                        s += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                    }
+                    if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+                    int kp = k0 + lane;
+                    bool ok = kp >= first[i] && kp <= last[i];
+                    float mn = fmaxf(m[i], warp_max(ok ? s : NEG_INF));
+                    float corr = expf(m[i] - mn), e = ok ? expf(s - mn) : 0.f;
+                    l[i] = l[i] * corr + warp_sum(e);
+                    m[i] = mn;
+                    Ps[warp * AT_KT + lane] = e;
+                    __syncwarp();
+#pragma unroll
+                    for (int c = 0; c < HD4; c++) acc[i][c] *= corr;
+                    for (int kk = 0; kk < AT_KT; kk++) {
+                        float pk = Ps[warp * AT_KT + kk];
+#pragma unroll
+                        for (int c = 0; c < HD4; c++) {
+                            int d = lane + 32 * c;
+                            if (d < hd) acc[i][c] += pk * Vs[kk * hd + d];
+                        }
+                    }
+                    __syncwarp();
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < QPW; i++) {
+                int v = v0 + warp * QPW + i;
+                if (v >= nvec) continue;
+                int r = s0 + v / G, h = g * G + v % G;
+                float* o = out + (u64)r * nheads * hd + (u64)h * hd;
+#pragma unroll
+                for (int c = 0; c < HD4; c++) {
+                    int d = lane + 32 * c;
+                    if (d < hd) o[d] = acc[i][c] / l[i];
+                }
+            }
+        }
+        s0 = s1;
+    }
+}
+
+#define ATTN_TILED(name, HD4, QPW)                                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * AT_WARPS)                                                 \
+        name(float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos,     \
+             const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window) { pdl();  \
+        attention_tiled<HD4, QPW>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window); \
+    }
+ATTN_TILED(attention_tiled_64, 2, 4)
+ATTN_TILED(attention_tiled_128, 4, 2)

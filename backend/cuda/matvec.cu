@@ -1,0 +1,283 @@
+// Matrix products: the matrix-vector kernels of decode and the f16
+// conversions that feed cuBLAS for prefill. Compiled after kernels.cu,
+// whose helpers (deq, dp4a, pdl, ...) they use.
+
+// The matrix-vector kernels compute out[r, j] = W[j] · a[r] (+ bias[j])
+// for r < meta[which], MVR rows of a per pass over the weights. A block is
+// MV_WARPS warps covering rpb output rows (1, 2 or 4), so 4/rpb warps split
+// each row's K; lanes stream 16-byte chunks of the row. With resid set,
+// resid[r, j] += the result too (a fused residual add; resid is never a).
+#define MV_WARPS 4
+#define MVR 8
+
+// mv_reduce sums each row's partial dot products over its warps and
+// writes the M results of this pass. Every thread of the block calls it.
+template <int M>
+__device__ __forceinline__ void mv_reduce(float (&acc)[M], float* out, float* resid, const float* bias, int r0, int j,
+                                          int N, bool live, int wpr, int lpr) {
+    __shared__ float part[MV_WARPS][MVR];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < M; k++)
+        for (int o = lpr >> 1; o > 0; o >>= 1) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+    if (wpr > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int k = 0; k < M; k++) part[warp][k] = acc[k];
+        __syncthreads();
+        if (lane == 0 && warp % wpr == 0)
+#pragma unroll
+            for (int k = 0; k < M; k++) {
+                float s = 0.f;
+                for (int w = 0; w < wpr; w++) s += part[warp + w][k];
+                acc[k] = s;
+            }
+        __syncthreads();
+    }
+    if (!live || (lane & (lpr - 1)) != 0 || warp % wpr != 0) return;
+    float bj = bias ? bias[j] : 0.f;
+#pragma unroll
+    for (int k = 0; k < M; k++) {
+        u64 at = (u64)(r0 + k) * N + j;
+        float v = acc[k] + bj;
+        out[at] = v;
+        if (resid) resid[at] += v;
+    }
+}
+
+// ldw loads 16 bytes of weights that are read once per step: through the
+// non-coherent path, without keeping them in L1 (the activations stay).
+__device__ __forceinline__ uint4 ldw(const u8* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// MV_BATCH chunks of a row are loaded before any is used, so that each
+// lane keeps MV_BATCH 16-byte loads in flight.
+#define MV_BATCH 4
+
+// mvq_pass: M rows of int8 activations against a Q8_0 or Q4_0 row. A
+// chunk is 16 bytes of quants: a whole block (Q4_0; byte i holds elements
+// i and i+16) or half a block (Q8_0).
+template <int T, int M>
+__device__ __forceinline__ void mvq_pass(float* out, float* resid, const signed char* qa, const float2* ds,
+                                         const u8* row, const u16* d, const float* bias, int r0, int K, int N, int j,
+                                         bool live, int sub, int nsub, int wpr, int lpr) {
+    float acc[M];
+#pragma unroll
+    for (int k = 0; k < M; k++) acc[k] = 0.f;
+    int nb = K >> 5, nc = T == W_Q4_0 ? nb : K >> 4;
+    if (live) {
+        for (int c0 = sub; c0 < nc; c0 += MV_BATCH * nsub) {
+            uint4 q[MV_BATCH];
+            float dw[MV_BATCH];
+#pragma unroll
+            for (int u = 0; u < MV_BATCH; u++) {
+                int c = c0 + u * nsub;
+                if (c < nc) {
+                    q[u] = ldw(row + (u64)c * 16);
+                    dw[u] = h2f(d[T == W_Q4_0 ? c : c >> 1]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < MV_BATCH; u++) {
+                int c = c0 + u * nsub;
+                if (c >= nc) continue;
+                if constexpr (T == W_Q4_0) {
+                    int lo[4] = {(int)(q[u].x & 0x0f0f0f0f), (int)(q[u].y & 0x0f0f0f0f), (int)(q[u].z & 0x0f0f0f0f),
+                                 (int)(q[u].w & 0x0f0f0f0f)};
+                    int hi[4] = {(int)((q[u].x >> 4) & 0x0f0f0f0f), (int)((q[u].y >> 4) & 0x0f0f0f0f),
+                                 (int)((q[u].z >> 4) & 0x0f0f0f0f), (int)((q[u].w >> 4) & 0x0f0f0f0f)};
+#pragma unroll
+                    for (int k = 0; k < M; k++) {
+                        const int4* x = (const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 32);
+                        int4 x0 = x[0], x1 = x[1];
+                        float2 s = ds[(u64)(r0 + k) * nb + c];
+                        int dot = dp4a(lo[0], x0.x, 0);
+                        dot = dp4a(lo[1], x0.y, dot);
+                        dot = dp4a(lo[2], x0.z, dot);
+                        dot = dp4a(lo[3], x0.w, dot);
+                        dot = dp4a(hi[0], x1.x, dot);
+                        dot = dp4a(hi[1], x1.y, dot);
+                        dot = dp4a(hi[2], x1.z, dot);
+                        dot = dp4a(hi[3], x1.w, dot);
+                        // Σ (n-8) q = Σ n q - 8 Σ q.
+                        acc[k] += dw[u] * (s.x * (float)dot - 8.f * s.y);
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < M; k++) {
+                        int4 x = *(const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 16);
+                        float da = ds[(u64)(r0 + k) * nb + (c >> 1)].x;
+                        int dot = dp4a((int)q[u].x, x.x, 0);
+                        dot = dp4a((int)q[u].y, x.y, dot);
+                        dot = dp4a((int)q[u].z, x.z, dot);
+                        dot = dp4a((int)q[u].w, x.w, dot);
+                        acc[k] += dw[u] * da * (float)dot;
+                    }
+                }
+            }
+        }
+    }
+    mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr);
+}
+
+// mvf_pass: M float32 activation rows against an F32, F16 or BF16 row;
+// 16-byte chunks when K allows (vec), else one element per lane.
+template <int T, int M>
+__device__ __forceinline__ void mvf_pass(float* out, float* resid, const float* a, const u8* row, const float* bias,
+                                         int r0, int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr,
+                                         bool vec) {
+    float acc[M];
+#pragma unroll
+    for (int k = 0; k < M; k++) acc[k] = 0.f;
+    if (live && vec) {
+        const int per = T == W_F32 ? 4 : 8; // elements in a chunk
+        int nc = K / per;
+        for (int c0 = sub; c0 < nc; c0 += MV_BATCH * nsub) {
+            uint4 q[MV_BATCH];
+#pragma unroll
+            for (int u = 0; u < MV_BATCH; u++) {
+                int c = c0 + u * nsub;
+                if (c < nc) q[u] = ldw(row + (u64)c * 16);
+            }
+#pragma unroll
+            for (int u = 0; u < MV_BATCH; u++) {
+                int c = c0 + u * nsub;
+                if (c >= nc) continue;
+                u32 p[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+                float w[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if constexpr (T == W_F32) {
+                        w[e] = __uint_as_float(p[e]);
+                    } else if constexpr (T == W_F16) {
+                        w[2 * e] = h2f((u16)(p[e] & 0xffff));
+                        w[2 * e + 1] = h2f((u16)(p[e] >> 16));
+                    } else {
+                        w[2 * e] = __uint_as_float(p[e] << 16);
+                        w[2 * e + 1] = __uint_as_float(p[e] & 0xffff0000u);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < M; k++) {
+                    const float4* x = (const float4*)(a + (u64)(r0 + k) * K + (u64)c * per);
+                    float4 x0 = x[0];
+                    float v = w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w;
+                    if constexpr (T != W_F32) {
+                        float4 x1 = x[1];
+                        v += w[4] * x1.x + w[5] * x1.y + w[6] * x1.z + w[7] * x1.w;
+                    }
+                    acc[k] += v;
+                }
+            }
+        }
+    } else if (live) {
+        for (int i = sub; i < K; i += nsub) {
+            float w = deq<T>(row, 0, i);
+#pragma unroll
+            for (int k = 0; k < M; k++) acc[k] += w * a[(u64)(r0 + k) * K + i];
+        }
+    }
+    mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr);
+}
+
+// matvec dispatches each pass of up to MVR rows to the pass of exactly
+// that many rows. For the quantized types x is qa and ds the block
+// scales; for the others x is the float32 activation. A block covers rpb
+// output rows: 8 (two a warp, 16 lanes each: short rows), 4 (a warp a
+// row), 2 or 1 (2 or 4 warps a row: few rows). Blocks loop over the
+// groups of rpb rows, so the grid need not cover them all.
+template <int T>
+__device__ void matvec(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,
+                       long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int lpr = rpb > MV_WARPS ? 32 * MV_WARPS / rpb : 32; // lanes a row
+    int wpr = rpb >= MV_WARPS ? 1 : MV_WARPS / rpb;     // warps a row
+    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
+    bool vec = T == W_F32 ? (K & 3) == 0 : (K & 7) == 0;
+    int n = meta[which], groups = (N + rpb - 1) / rpb;
+    for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+        int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+        bool live = j < N;
+        const u8* row = w + (u64)(live ? j : 0) * rowBytes;
+        const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
+        for (int r0 = 0; r0 < n; r0 += MVR) {
+            int m = min(MVR, n - r0);
+#define MV_CASE(M)                                                                                              \
+    case M:                                                                                                     \
+        if constexpr (T == W_Q8_0 || T == W_Q4_0)                                                               \
+            mvq_pass<T, M>(out, resid, (const signed char*)x, ds, row, d, bias, r0, K, N, j, live, sub, nsub,   \
+                           wpr, lpr);                                                                           \
+        else                                                                                                    \
+            mvf_pass<T, M>(out, resid, (const float*)x, row, bias, r0, K, N, j, live, sub, nsub, wpr, lpr, vec); \
+        break;
+            switch (m) {
+                MV_CASE(1)
+                MV_CASE(2)
+                MV_CASE(3)
+                MV_CASE(4)
+                MV_CASE(5)
+                MV_CASE(6)
+                MV_CASE(7)
+                MV_CASE(8)
+            }
+#undef MV_CASE
+        }
+    }
+}
+
+#define MATVEC(name, T)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
+        name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
+             long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) { pdl();             \
+        matvec<T>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb);                           \
+    }
+MATVEC(matvec_f32, W_F32)
+MATVEC(matvec_f16, W_F16)
+MATVEC(matvec_bf16, W_BF16)
+MATVEC(matvec_q8_0, W_Q8_0)
+MATVEC(matvec_q4_0, W_Q4_0)
+
+// The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
+// activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),
+// add_bias adds a bias to every row of the float32 product.
+extern "C" __global__ void to_f16(u16* out, const float* a, const int* meta, int which, int K) {
+    pdl();
+    int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= meta[which] || i >= K) return;
+    u64 at = (u64)r * K + i;
+    out[at] = f2h(a[at]);
+}
+
+template <int T>
+__device__ void deq_f16(u16* out, const u8* w, long long rowBytes, long long dOff, int N, int K) {
+    u64 e = ((u64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (e >= (u64)N * K) return;
+    u64 j = e / K;
+    int i = (int)(e - j * K);
+    const u8* row = w + j * rowBytes;
+    const u16* d = (const u16*)(w + dOff) + j * (K >> 5);
+    u32 p[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = f2h(deq<T>(row, d, i + 2 * k)) | ((u32)f2h(deq<T>(row, d, i + 2 * k + 1)) << 16);
+    *(uint4*)(out + e) = make_uint4(p[0], p[1], p[2], p[3]);
+}
+
+#define DEQ_F16(name, T)                                                                                  \
+    extern "C" __global__ void name(u16* out, const u8* w, long long rowBytes, long long dOff, int N, int K) { pdl(); \
+        deq_f16<T>(out, w, rowBytes, dOff, N, K);                                                         \
+    }
+DEQ_F16(deq_f16_bf16, W_BF16)
+DEQ_F16(deq_f16_q8_0, W_Q8_0)
+DEQ_F16(deq_f16_q4_0, W_Q4_0)
+
+extern "C" __global__ void add_bias(float* out, const float* bias, const int* meta, int which, int N) {
+    pdl();
+    int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= meta[which] || i >= N) return;
+    out[(u64)r * N + i] += bias[i];
+}
