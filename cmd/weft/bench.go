@@ -13,7 +13,9 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/backend/cuda"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/weights"
 )
@@ -36,6 +38,7 @@ type benchResult struct {
 // benchSpec is what one bench run measures.
 type benchSpec struct {
 	prompt, gen, repeats, threads, batch int
+	backend                              string    // "cpu" or "cuda" (device 0)
 	profile                              io.Writer // CPU profile of the timed runs, if set
 }
 
@@ -48,6 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
+	fs.StringVar(&s.backend, "backend", "cpu", "compute backend: cpu or cuda")
 	asJSON := fs.Bool("json", false, "print a JSON list instead of a table")
 	profile := fs.String("cpuprofile", "", "write a Go CPU profile of the timed runs to this file")
 	if _, err := parseFlags(fs, args); err != nil {
@@ -64,6 +68,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --threads %d: need at least one", errUsage, s.threads)
 	case s.batch < 1:
 		return fmt.Errorf("%w: -b %d: need at least one", errUsage, s.batch)
+	case s.backend != "cpu" && s.backend != "cuda":
+		return fmt.Errorf("%w: --backend %q: want cpu or cuda", errUsage, s.backend)
 	}
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -116,7 +122,16 @@ func bench(ctx context.Context, path string, s benchSpec) ([]benchResult, error)
 	if positions > w.Config.ContextLength {
 		return nil, fmt.Errorf("%s: %d positions exceed the model's context of %d", path, positions, w.Config.ContextLength)
 	}
-	m, err := engine.Load(w, cpu.New(s.threads), engine.Options{Context: positions, MaxBatch: min(s.batch, max(s.prompt, 1))})
+	var be backend.Backend = cpu.New(s.threads)
+	if s.backend == "cuda" {
+		gpu, err := cuda.New(0)
+		if err != nil {
+			return nil, err
+		}
+		defer gpu.Close()
+		be = gpu
+	}
+	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: min(s.batch, max(s.prompt, 1))})
 	if err != nil {
 		return nil, err
 	}
