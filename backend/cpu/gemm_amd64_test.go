@@ -3,6 +3,9 @@
 package cpu
 
 import (
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/cpu"
@@ -38,4 +41,31 @@ func TestKernelTables(t *testing.T) {
 		}
 		return n
 	}())
+}
+
+// TestAVX2KernelsAvoidEVEX: the AVX2 level must run on CPUs without
+// AVX-512, which this machine cannot show by running them, so the
+// assembly is checked instead: no AVX-512 instruction, embedded broadcast
+// or register above Y15 in any function the AVX2 level calls.
+func TestAVX2KernelsAvoidEVEX(t *testing.T) {
+	evex := regexp.MustCompile(`VPXORD|VPANDD|VPORD|VMOVDQU(32|64)|VPDPBUSD|\.BCST|\.Z\b|\bY(1[6-9]|2[0-9]|3[01])\b|\bZ[0-9]+\b|\bK[1-7]\b`)
+	for _, file := range []string{"kernels_amd64.s", "vec_amd64.s", "quant_amd64.s"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn := ""
+		for i, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(line, "TEXT ") {
+				fn = line
+			}
+			// every function outside the generated VNNI kernels serves AVX2
+			if strings.Contains(fn, "VNNI") || strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			if evex.MatchString(line) {
+				t.Errorf("%s:%d: %q in %s", file, i+1, strings.TrimSpace(line), fn)
+			}
+		}
+	}
 }
