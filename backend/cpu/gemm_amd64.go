@@ -47,19 +47,19 @@ func pair(one, many string, width int) kernelPair {
 var (
 	avx2Kernels = map[family]map[string]kernelPair{
 		famLegacy: {
-			"U4":    pair("legacyU4AVX21", "legacyU4AVX24", 4),
-			"U4Min": pair("legacyU4MinAVX21", "legacyU4MinAVX24", 4),
-			"U8":    pair("legacyU8AVX21", "legacyU8AVX24", 4),
-			"U8Min": pair("legacyU8MinAVX21", "legacyU8MinAVX24", 4),
-			"S8":    pair("legacyS8AVX21", "legacyS8AVX24", 4),
+			"U4":      pair("legacyU4AVX21", "legacyU4AVX24", 4),
+			"U4Min":   pair("legacyU4MinAVX21", "legacyU4MinAVX24", 4),
+			"U4H1":    pair("legacyU4H1AVX21", "legacyU4H1AVX24", 4),
+			"U4H1Min": pair("legacyU4H1MinAVX21", "legacyU4H1MinAVX24", 4),
+			"S8":      pair("legacyS8AVX21", "legacyS8AVX24", 4),
 		},
 		famK: {
-			"32U4Min": pair("k32U4MinAVX21", "k32U4MinAVX22", 2),
-			"32U8Min": pair("k32U8MinAVX21", "k32U8MinAVX22", 2),
-			"32S8":    pair("k32S8AVX21", "k32S8AVX22", 2),
-			"16U8":    pair("k16U8AVX21", "k16U8AVX22", 2),
-			"16U4":    pair("k16U4AVX21", "k16U4AVX22", 2),
-			"16U4Min": pair("k16U4MinAVX21", "k16U4MinAVX22", 2),
+			"32U4Min":   pair("k32U4MinAVX21", "k32U4MinAVX22", 2),
+			"32U4H1Min": pair("k32U4H1MinAVX21", "k32U4H1MinAVX22", 2),
+			"32S8":      pair("k32S8AVX21", "k32S8AVX22", 2),
+			"16U4H2":    pair("k16U4H2AVX21", "k16U4H2AVX22", 2),
+			"16U4":      pair("k16U4AVX21", "k16U4AVX22", 2),
+			"16U4Min":   pair("k16U4MinAVX21", "k16U4MinAVX22", 2),
 		},
 		famFloat: {
 			"F32":  pair("floatF32AVX21", "floatF32AVX24", 4),
@@ -69,18 +69,19 @@ var (
 	}
 	vnniKernels = map[family]map[string]kernelPair{
 		famLegacy: {
-			"U4":    pair("legacyU4VNNI1", "legacyU4VNNI8", 8),
-			"U4Min": pair("legacyU4MinVNNI1", "legacyU4MinVNNI8", 8),
-			"U8":    pair("legacyU8VNNI1", "legacyU8VNNI8", 8),
-			"U8Min": pair("legacyU8MinVNNI1", "legacyU8MinVNNI8", 8),
+			"U4":      pair("legacyU4VNNI1", "legacyU4VNNI8", 8),
+			"U4Min":   pair("legacyU4MinVNNI1", "legacyU4MinVNNI8", 8),
+			"U4H1":    pair("legacyU4H1VNNI1", "legacyU4H1VNNI8", 8),
+			"U4H1Min": pair("legacyU4H1MinVNNI1", "legacyU4H1MinVNNI8", 8),
+			"U8":      pair("legacyU8VNNI1", "legacyU8VNNI8", 8),
 		},
 		famK: {
-			"32U4Min": pair("k32U4MinVNNI1", "k32U4MinVNNI4", 4),
-			"32U8Min": pair("k32U8MinVNNI1", "k32U8MinVNNI4", 4),
-			"32U8":    pair("k32U8VNNI1", "k32U8VNNI4", 4),
-			"16U8":    pair("k16U8VNNI1", "k16U8VNNI4", 4),
-			"16U4":    pair("k16U4VNNI1", "k16U4VNNI4", 4),
-			"16U4Min": pair("k16U4MinVNNI1", "k16U4MinVNNI4", 4),
+			"32U4Min":   pair("k32U4MinVNNI1", "k32U4MinVNNI4", 4),
+			"32U4H1Min": pair("k32U4H1MinVNNI1", "k32U4H1MinVNNI4", 4),
+			"32U8":      pair("k32U8VNNI1", "k32U8VNNI4", 4),
+			"16U4H2":    pair("k16U4H2VNNI1", "k16U4H2VNNI4", 4),
+			"16U4":      pair("k16U4VNNI1", "k16U4VNNI4", 4),
+			"16U4Min":   pair("k16U4MinVNNI1", "k16U4MinVNNI4", 4),
 		},
 		famFloat: {
 			"F32":  pair("floatF32VNNI1", "floatF32VNNI8", 8),

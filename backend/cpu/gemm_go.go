@@ -45,13 +45,28 @@ func (p *packed) offset() int32 {
 
 // unpackGroup writes the 32 levels of each lane of a group as int32 into
 // w[r][k0 : k0+32] (signed when the levels are stored signed).
-func unpackGroup(g []byte, u4, signed bool, w *[tileRows][256]int32, k0 int) {
-	if u4 {
+func unpackGroup(g []byte, f *format, signed bool, w *[tileRows][256]int32, k0 int) {
+	if f.u4 {
 		for p := range 4 {
 			for r := range tileRows {
 				for i, b := range g[p*32+r*4 : p*32+r*4+4] {
 					w[r][k0+4*p+i], w[r][k0+16+4*p+i] = int32(b&0xf), int32(b>>4)
 				}
+			}
+		}
+		if f.hbits == 0 {
+			return
+		}
+		for r := range tileRows {
+			for k := range 32 {
+				t, i := k/4, k%4
+				var hb byte
+				if f.hbits == 1 {
+					hb = g[128+r*4+i] >> t & 1
+				} else {
+					hb = g[128+(t/4)*32+r*4+i] >> (2 * (t % 4)) & 3
+				}
+				w[r][k0+k] |= int32(hb) << 4
 			}
 		}
 		return
@@ -96,7 +111,7 @@ func gemmLegacyGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, 
 			var acc [maxCols][tileRows]float32
 			for b := 0; b < p.nb; b++ {
 				blk := tile[b*p.blockBytes:]
-				unpackGroup(blk[lv:], f.u4, p.signed8, &lev, 0)
+				unpackGroup(blk[lv:], f, p.signed8, &lev, 0)
 				var dw, dm [tileRows]float32
 				for r := range tileRows {
 					dw[r] = f16At(blk[2*r:])
@@ -139,7 +154,7 @@ func gemmKGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst [
 			for b := 0; b < p.nb; b++ {
 				blk := tile[b*p.blockBytes:]
 				for g := range 8 {
-					unpackGroup(blk[lv+g*gb:], f.u4, p.signed8, &lev, 32*g)
+					unpackGroup(blk[lv+g*gb:], f, p.signed8, &lev, 32*g)
 				}
 				for c := range nc {
 					ar := act[(c0+c)*q8KRec+b*stride:]

@@ -29,28 +29,34 @@ func legacyU4MinAVX21(a *kargs)
 func legacyU4MinAVX24(a *kargs)
 
 //go:noescape
+func legacyU4H1VNNI1(a *kargs)
+
+//go:noescape
+func legacyU4H1VNNI8(a *kargs)
+
+//go:noescape
+func legacyU4H1AVX21(a *kargs)
+
+//go:noescape
+func legacyU4H1AVX24(a *kargs)
+
+//go:noescape
+func legacyU4H1MinVNNI1(a *kargs)
+
+//go:noescape
+func legacyU4H1MinVNNI8(a *kargs)
+
+//go:noescape
+func legacyU4H1MinAVX21(a *kargs)
+
+//go:noescape
+func legacyU4H1MinAVX24(a *kargs)
+
+//go:noescape
 func legacyU8VNNI1(a *kargs)
 
 //go:noescape
 func legacyU8VNNI8(a *kargs)
-
-//go:noescape
-func legacyU8AVX21(a *kargs)
-
-//go:noescape
-func legacyU8AVX24(a *kargs)
-
-//go:noescape
-func legacyU8MinVNNI1(a *kargs)
-
-//go:noescape
-func legacyU8MinVNNI8(a *kargs)
-
-//go:noescape
-func legacyU8MinAVX21(a *kargs)
-
-//go:noescape
-func legacyU8MinAVX24(a *kargs)
 
 //go:noescape
 func legacyS8AVX21(a *kargs)
@@ -71,40 +77,28 @@ func k32U4MinAVX21(a *kargs)
 func k32U4MinAVX22(a *kargs)
 
 //go:noescape
-func k32U8MinVNNI1(a *kargs)
+func k32U4H1MinVNNI1(a *kargs)
 
 //go:noescape
-func k32U8MinVNNI4(a *kargs)
+func k32U4H1MinVNNI4(a *kargs)
 
 //go:noescape
-func k32U8MinAVX21(a *kargs)
+func k32U4H1MinAVX21(a *kargs)
 
 //go:noescape
-func k32U8MinAVX22(a *kargs)
+func k32U4H1MinAVX22(a *kargs)
 
 //go:noescape
-func k32U8VNNI1(a *kargs)
+func k16U4H2VNNI1(a *kargs)
 
 //go:noescape
-func k32U8VNNI4(a *kargs)
+func k16U4H2VNNI4(a *kargs)
 
 //go:noescape
-func k32U8AVX21(a *kargs)
+func k16U4H2AVX21(a *kargs)
 
 //go:noescape
-func k32U8AVX22(a *kargs)
-
-//go:noescape
-func k16U8VNNI1(a *kargs)
-
-//go:noescape
-func k16U8VNNI4(a *kargs)
-
-//go:noescape
-func k16U8AVX21(a *kargs)
-
-//go:noescape
-func k16U8AVX22(a *kargs)
+func k16U4H2AVX22(a *kargs)
 
 //go:noescape
 func k16U4VNNI1(a *kargs)
@@ -129,6 +123,12 @@ func k16U4MinAVX21(a *kargs)
 
 //go:noescape
 func k16U4MinAVX22(a *kargs)
+
+//go:noescape
+func k32U8VNNI1(a *kargs)
+
+//go:noescape
+func k32U8VNNI4(a *kargs)
 
 //go:noescape
 func k32S8AVX21(a *kargs)
@@ -174,62 +174,62 @@ func floatBF16AVX24(a *kargs)
 
 // kernelIDs numbers the kernels for callKernel.
 var kernelIDs = map[string]int{
-	"legacyU4VNNI1":    0,
-	"legacyU4VNNI8":    1,
-	"legacyU4AVX21":    2,
-	"legacyU4AVX24":    3,
-	"legacyU4MinVNNI1": 4,
-	"legacyU4MinVNNI8": 5,
-	"legacyU4MinAVX21": 6,
-	"legacyU4MinAVX24": 7,
-	"legacyU8VNNI1":    8,
-	"legacyU8VNNI8":    9,
-	"legacyU8AVX21":    10,
-	"legacyU8AVX24":    11,
-	"legacyU8MinVNNI1": 12,
-	"legacyU8MinVNNI8": 13,
-	"legacyU8MinAVX21": 14,
-	"legacyU8MinAVX24": 15,
-	"legacyS8AVX21":    16,
-	"legacyS8AVX24":    17,
-	"k32U4MinVNNI1":    18,
-	"k32U4MinVNNI4":    19,
-	"k32U4MinAVX21":    20,
-	"k32U4MinAVX22":    21,
-	"k32U8MinVNNI1":    22,
-	"k32U8MinVNNI4":    23,
-	"k32U8MinAVX21":    24,
-	"k32U8MinAVX22":    25,
-	"k32U8VNNI1":       26,
-	"k32U8VNNI4":       27,
-	"k32U8AVX21":       28,
-	"k32U8AVX22":       29,
-	"k16U8VNNI1":       30,
-	"k16U8VNNI4":       31,
-	"k16U8AVX21":       32,
-	"k16U8AVX22":       33,
-	"k16U4VNNI1":       34,
-	"k16U4VNNI4":       35,
-	"k16U4AVX21":       36,
-	"k16U4AVX22":       37,
-	"k16U4MinVNNI1":    38,
-	"k16U4MinVNNI4":    39,
-	"k16U4MinAVX21":    40,
-	"k16U4MinAVX22":    41,
-	"k32S8AVX21":       42,
-	"k32S8AVX22":       43,
-	"floatF32VNNI1":    44,
-	"floatF32VNNI8":    45,
-	"floatF32AVX21":    46,
-	"floatF32AVX24":    47,
-	"floatF16VNNI1":    48,
-	"floatF16VNNI8":    49,
-	"floatF16AVX21":    50,
-	"floatF16AVX24":    51,
-	"floatBF16VNNI1":   52,
-	"floatBF16VNNI8":   53,
-	"floatBF16AVX21":   54,
-	"floatBF16AVX24":   55,
+	"legacyU4VNNI1":      0,
+	"legacyU4VNNI8":      1,
+	"legacyU4AVX21":      2,
+	"legacyU4AVX24":      3,
+	"legacyU4MinVNNI1":   4,
+	"legacyU4MinVNNI8":   5,
+	"legacyU4MinAVX21":   6,
+	"legacyU4MinAVX24":   7,
+	"legacyU4H1VNNI1":    8,
+	"legacyU4H1VNNI8":    9,
+	"legacyU4H1AVX21":    10,
+	"legacyU4H1AVX24":    11,
+	"legacyU4H1MinVNNI1": 12,
+	"legacyU4H1MinVNNI8": 13,
+	"legacyU4H1MinAVX21": 14,
+	"legacyU4H1MinAVX24": 15,
+	"legacyU8VNNI1":      16,
+	"legacyU8VNNI8":      17,
+	"legacyS8AVX21":      18,
+	"legacyS8AVX24":      19,
+	"k32U4MinVNNI1":      20,
+	"k32U4MinVNNI4":      21,
+	"k32U4MinAVX21":      22,
+	"k32U4MinAVX22":      23,
+	"k32U4H1MinVNNI1":    24,
+	"k32U4H1MinVNNI4":    25,
+	"k32U4H1MinAVX21":    26,
+	"k32U4H1MinAVX22":    27,
+	"k16U4H2VNNI1":       28,
+	"k16U4H2VNNI4":       29,
+	"k16U4H2AVX21":       30,
+	"k16U4H2AVX22":       31,
+	"k16U4VNNI1":         32,
+	"k16U4VNNI4":         33,
+	"k16U4AVX21":         34,
+	"k16U4AVX22":         35,
+	"k16U4MinVNNI1":      36,
+	"k16U4MinVNNI4":      37,
+	"k16U4MinAVX21":      38,
+	"k16U4MinAVX22":      39,
+	"k32U8VNNI1":         40,
+	"k32U8VNNI4":         41,
+	"k32S8AVX21":         42,
+	"k32S8AVX22":         43,
+	"floatF32VNNI1":      44,
+	"floatF32VNNI8":      45,
+	"floatF32AVX21":      46,
+	"floatF32AVX24":      47,
+	"floatF16VNNI1":      48,
+	"floatF16VNNI8":      49,
+	"floatF16AVX21":      50,
+	"floatF16AVX24":      51,
+	"floatBF16VNNI1":     52,
+	"floatBF16VNNI8":     53,
+	"floatBF16AVX21":     54,
+	"floatBF16AVX24":     55,
 }
 
 // callKernel runs kernel id on a.
@@ -252,73 +252,73 @@ func callKernel(id int, a *kargs) {
 	case 7:
 		legacyU4MinAVX24(a)
 	case 8:
-		legacyU8VNNI1(a)
+		legacyU4H1VNNI1(a)
 	case 9:
-		legacyU8VNNI8(a)
+		legacyU4H1VNNI8(a)
 	case 10:
-		legacyU8AVX21(a)
+		legacyU4H1AVX21(a)
 	case 11:
-		legacyU8AVX24(a)
+		legacyU4H1AVX24(a)
 	case 12:
-		legacyU8MinVNNI1(a)
+		legacyU4H1MinVNNI1(a)
 	case 13:
-		legacyU8MinVNNI8(a)
+		legacyU4H1MinVNNI8(a)
 	case 14:
-		legacyU8MinAVX21(a)
+		legacyU4H1MinAVX21(a)
 	case 15:
-		legacyU8MinAVX24(a)
+		legacyU4H1MinAVX24(a)
 	case 16:
-		legacyS8AVX21(a)
+		legacyU8VNNI1(a)
 	case 17:
-		legacyS8AVX24(a)
+		legacyU8VNNI8(a)
 	case 18:
-		k32U4MinVNNI1(a)
+		legacyS8AVX21(a)
 	case 19:
-		k32U4MinVNNI4(a)
+		legacyS8AVX24(a)
 	case 20:
-		k32U4MinAVX21(a)
+		k32U4MinVNNI1(a)
 	case 21:
-		k32U4MinAVX22(a)
+		k32U4MinVNNI4(a)
 	case 22:
-		k32U8MinVNNI1(a)
+		k32U4MinAVX21(a)
 	case 23:
-		k32U8MinVNNI4(a)
+		k32U4MinAVX22(a)
 	case 24:
-		k32U8MinAVX21(a)
+		k32U4H1MinVNNI1(a)
 	case 25:
-		k32U8MinAVX22(a)
+		k32U4H1MinVNNI4(a)
 	case 26:
-		k32U8VNNI1(a)
+		k32U4H1MinAVX21(a)
 	case 27:
-		k32U8VNNI4(a)
+		k32U4H1MinAVX22(a)
 	case 28:
-		k32U8AVX21(a)
+		k16U4H2VNNI1(a)
 	case 29:
-		k32U8AVX22(a)
+		k16U4H2VNNI4(a)
 	case 30:
-		k16U8VNNI1(a)
+		k16U4H2AVX21(a)
 	case 31:
-		k16U8VNNI4(a)
+		k16U4H2AVX22(a)
 	case 32:
-		k16U8AVX21(a)
-	case 33:
-		k16U8AVX22(a)
-	case 34:
 		k16U4VNNI1(a)
-	case 35:
+	case 33:
 		k16U4VNNI4(a)
-	case 36:
+	case 34:
 		k16U4AVX21(a)
-	case 37:
+	case 35:
 		k16U4AVX22(a)
-	case 38:
+	case 36:
 		k16U4MinVNNI1(a)
-	case 39:
+	case 37:
 		k16U4MinVNNI4(a)
-	case 40:
+	case 38:
 		k16U4MinAVX21(a)
-	case 41:
+	case 39:
 		k16U4MinAVX22(a)
+	case 40:
+		k32U8VNNI1(a)
+	case 41:
+		k32U8VNNI4(a)
 	case 42:
 		k32S8AVX21(a)
 	case 43:

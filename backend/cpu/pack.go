@@ -22,8 +22,11 @@ const tileRows = 8
 //
 // Levels of 32 elements of the 8 rows take 256 bytes (u8: vector t, lane
 // r holds elements 4t..4t+3 of row r) or 128 (u4: vector p, lane r, byte i
-// holds element 4p+i in its low nibble and 16+4p+i in its high nibble).
-// Rows past the end of the matrix are zero.
+// holds element 4p+i in its low nibble and 16+4p+i in its high nibble),
+// followed for 5- and 6-bit levels by their top bits: one vector (byte
+// (r, i) bit t is bit 4 of element 4t+i) or two (vector j, bits 2k..2k+1
+// are bits 4-5 of element 4(4j+k)+i). Rows past the end of the matrix are
+// zero.
 type packed struct {
 	f          *format
 	rows, cols int
@@ -42,7 +45,7 @@ type packed struct {
 // groupBytes is the size of the levels of 32 elements of a tile.
 func (f *format) groupBytes() int {
 	if f.u4 {
-		return 16 * tileRows
+		return (16 + 4*f.hbits) * tileRows
 	}
 	return 32 * tileRows
 }
@@ -136,7 +139,7 @@ func (p *packed) packRow(tile []byte, r int, row []byte) {
 			if f.hasMin {
 				binary.LittleEndian.PutUint16(blk[p.minOff()+2*r:], m)
 			}
-			putLevels(blk[p.levelsOff():], r, q[:], f.u4, flip)
+			putLevels(blk[p.levelsOff():], r, q[:], f, flip)
 		}
 	case famK:
 		var q [256]uint8
@@ -158,17 +161,26 @@ func (p *packed) packRow(tile []byte, r int, row []byte) {
 			}
 			gb := f.groupBytes()
 			for g := range 8 {
-				putLevels(blk[p.levelsOff()+g*gb:], r, q[32*g:32*g+32], f.u4, flip)
+				putLevels(blk[p.levelsOff()+g*gb:], r, q[32*g:32*g+32], f, flip)
 			}
 		}
 	}
 }
 
 // putLevels stores the 32 levels q of lane r in the u4 or u8 layout.
-func putLevels(dst []byte, r int, q []uint8, u4 bool, flip uint8) {
-	if u4 {
+func putLevels(dst []byte, r int, q []uint8, f *format, flip uint8) {
+	if f.u4 {
 		for k := range 16 {
-			dst[(k/4)*32+r*4+k%4] = q[k] | q[k+16]<<4
+			dst[(k/4)*32+r*4+k%4] = q[k]&0xf | q[k+16]<<4
+		}
+		for k, v := range q {
+			t, i := k/4, k%4
+			switch f.hbits {
+			case 1:
+				dst[128+r*4+i] |= (v >> 4 & 1) << t
+			case 2:
+				dst[128+(t/4)*32+r*4+i] |= (v >> 4 & 3) << (2 * (t % 4))
+			}
 		}
 		return
 	}
@@ -189,12 +201,13 @@ func variantOf(p *packed) string {
 	switch {
 	case p.signed8:
 		v = "S8"
-	case f.u4 && f.hasMin:
-		v = "U4Min"
+	case f.u4 && f.hbits > 0:
+		v = fmt.Sprint("U4H", f.hbits)
 	case f.u4:
 		v = "U4"
-	case f.hasMin:
-		v = "U8Min"
+	}
+	if f.hasMin {
+		v += "Min"
 	}
 	if f.family == famK {
 		return fmt.Sprint(f.sub, v)

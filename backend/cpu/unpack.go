@@ -180,7 +180,8 @@ type format struct {
 	family family
 	block  int  // elements per stored block (1 for floats)
 	sub    int  // elements per sub-block scale (k-quants: 16 or 32)
-	u4     bool // levels fit a nibble: packed two per byte
+	u4     bool // levels stored as nibbles, two per byte
+	hbits  int  // u4: bits above the nibble, kept in planes beside it (5- and 6-bit types)
 	hasMin bool // x has a − dmin·m term (affine types)
 	offset int32
 	legacy legacyUnpack
@@ -201,15 +202,15 @@ const (
 var formats = map[ggml.Type]*format{
 	ggml.Q4_0:   {family: famLegacy, block: 32, u4: true, offset: 8, legacy: unpackQ4_0},
 	ggml.Q4_1:   {family: famLegacy, block: 32, u4: true, hasMin: true, legacy: unpackQ4_1},
-	ggml.Q5_0:   {family: famLegacy, block: 32, offset: 16, legacy: unpackQ5_0},
-	ggml.Q5_1:   {family: famLegacy, block: 32, hasMin: true, legacy: unpackQ5_1},
+	ggml.Q5_0:   {family: famLegacy, block: 32, u4: true, hbits: 1, offset: 16, legacy: unpackQ5_0},
+	ggml.Q5_1:   {family: famLegacy, block: 32, u4: true, hbits: 1, hasMin: true, legacy: unpackQ5_1},
 	ggml.Q8_0:   {family: famLegacy, block: 32, offset: 128, legacy: unpackQ8_0},
 	ggml.IQ4_NL: {family: famLegacy, block: 32, offset: 128, legacy: unpackIQ4_NL},
 	ggml.Q2_K:   {family: famK, block: 256, sub: 16, u4: true, hasMin: true, kquant: unpackQ2_K},
 	ggml.Q3_K:   {family: famK, block: 256, sub: 16, u4: true, offset: 4, kquant: unpackQ3_K},
 	ggml.Q4_K:   {family: famK, block: 256, sub: 32, u4: true, hasMin: true, kquant: unpackQ4_K},
-	ggml.Q5_K:   {family: famK, block: 256, sub: 32, hasMin: true, kquant: unpackQ5_K},
-	ggml.Q6_K:   {family: famK, block: 256, sub: 16, offset: 32, kquant: unpackQ6_K},
+	ggml.Q5_K:   {family: famK, block: 256, sub: 32, u4: true, hbits: 1, hasMin: true, kquant: unpackQ5_K},
+	ggml.Q6_K:   {family: famK, block: 256, sub: 16, u4: true, hbits: 2, offset: 32, kquant: unpackQ6_K},
 	ggml.IQ4_XS: {family: famK, block: 256, sub: 32, offset: 128, kquant: unpackIQ4_XS},
 	ggml.F32:    {family: famFloat, block: 1, elem: 4},
 	ggml.F16:    {family: famFloat, block: 1, elem: 2},

@@ -11,13 +11,21 @@ func (g *gen) legacy(v variant, is isa, cols int) {
 	g.prologue()
 	r := regs{}
 	w, w2, dw, mask := r.get(), r.get(), r.get(), r.get()
-	var nego, s0, a, a2, wabs string
+	var nego, s0, a, a2, wabs, tmp string
+	hi := make([]string, v.hbits)
+	for j := range hi {
+		hi[j] = r.get()
+	}
 	if is.vnni {
 		nego, s0 = r.get(), r.get()
+		if v.hbits > 0 {
+			tmp = r.get()
+		}
 		r.next = 16
 	} else {
+		// the dot products' temporary is free while levels are unpacked
 		a, a2 = r.get(), r.get()
-		s0 = a
+		s0, tmp = a, a2
 		if v.signed {
 			wabs = r.get()
 		}
@@ -82,7 +90,7 @@ func (g *gen) legacy(v variant, is isa, cols int) {
 	}
 	g.op("LEAQ (BX)(R9*1), AX")
 	n := 0
-	g.levels(v, 0, -1, w, w2, mask, func(wr string, actOff int) {
+	g.levels(v, is, 0, -1, w, w2, mask, hi, tmp, func(wr string, actOff int) {
 		if v.signed {
 			g.op("VPABSB %s, %s", wr, wabs)
 		}
@@ -159,7 +167,7 @@ func (g *gen) kquant(v variant, is isa, cols int) {
 	}
 	gb := 256
 	if v.u4 {
-		gb = 128
+		gb = 128 + 32*v.hbits
 	}
 	sumOff := q8KSum16
 	if v.sub == 32 {
@@ -167,15 +175,23 @@ func (g *gen) kquant(v variant, is isa, cols int) {
 	}
 	r := regs{}
 	w, w2, mask, sc, dw := r.get(), r.get(), r.get(), r.get(), r.get()
-	var nego, a, a2, wabs, mn, s0 string
+	var nego, a, a2, wabs, mn, s0, tmp string
+	hi := make([]string, v.hbits)
+	for j := range hi {
+		hi[j] = r.get()
+	}
 	if is.vnni {
 		nego, mn, s0 = r.get(), r.get(), r.get()
+		if v.hbits > 0 {
+			tmp = r.get()
+		}
 		r.next = 16
 	} else {
-		// AVX2 has half the registers: the mins share the scales' register
-		// and the scale product the broadcast temporary.
+		// AVX2 has half the registers: the mins share the scales' register,
+		// the scale product the broadcast temporary, and the high bits the
+		// dot products' temporary (free while levels are unpacked).
 		a, a2 = r.get(), r.get()
-		mn, s0 = sc, a
+		mn, s0, tmp = sc, a, a2
 		if v.signed {
 			wabs = r.get()
 		}
@@ -237,7 +253,7 @@ func (g *gen) kquant(v variant, is isa, cols int) {
 			group, half = s/2, s%2
 		}
 		n := 0
-		g.levels(v, group*gb, half, w, w2, mask, func(wr string, actOff int) {
+		g.levels(v, is, group*gb, half, w, w2, mask, hi, tmp, func(wr string, actOff int) {
 			if v.signed {
 				g.op("VPABSB %s, %s", wr, wabs)
 			}

@@ -67,6 +67,7 @@ func (g *gen) zero(is isa, r string) {
 type variant struct {
 	name   string
 	u4     bool // levels packed as nibbles
+	hbits  int  // u4: bits above the nibble, in planes after the nibbles
 	hasMin bool // affine: x = d·q + m (legacy) or d·sc·q − dmin·m (k)
 	offset bool // x = d·(q − offset)
 	signed bool // AVX2 only: levels stored signed, sign trick instead of offset
@@ -121,17 +122,22 @@ func (d *dotter) dot(mem, w, t string) {
 // each vector with the activation byte offset it pairs with. For u4 the
 // low nibbles are elements 4p+i, the high ones 16+4p+i; half limits to
 // the first (0) or second (1) 16 elements, -1 for all.
-func (g *gen) levels(v variant, off int, half int, w, w2, mask string, each func(w string, actOff int)) {
+func (g *gen) levels(v variant, is isa, off int, half int, w, w2, mask string, hi []string, tmp string, each func(w string, actOff int)) {
 	if v.u4 {
+		for j, h := range hi {
+			g.op("VMOVDQU %d(AX), %s", off+128+32*j, h)
+		}
 		for p := range 4 {
 			g.op("VMOVDQU %d(AX), %s", off+32*p, w2)
 			if half != 1 {
 				g.op("VPAND %s, %s, %s", mask, w2, w)
+				g.highBits(v, is, hi, tmp, w, p)
 				each(w, 4*p)
 			}
 			if half != 0 {
 				g.op("VPSRLW $4, %s, %s", w2, w2)
 				g.op("VPAND %s, %s, %s", mask, w2, w2)
+				g.highBits(v, is, hi, tmp, w2, p+4)
 				each(w2, 16+4*p)
 			}
 		}
@@ -148,6 +154,35 @@ func (g *gen) levels(v variant, off int, half int, w, w2, mask string, each func
 		g.op("VMOVDQU %d(AX), %s", off+32*t, w)
 		each(w, 4*t)
 	}
+}
+
+// highBits ORs bits 4 (and 5) of the levels of vector t into w from the
+// high-bit planes: plane bit t (one plane) or bits 2k..2k+1 of plane t/4
+// (two planes, k = t%4) move to bit 4 by a 16-bit shift, which carries no
+// bit of the neighbouring byte into the bits kept.
+func (g *gen) highBits(v variant, is isa, hi []string, tmp, w string, t int) {
+	if v.hbits == 0 {
+		return
+	}
+	src, shift, mask := hi[0], 4-t, "·hmask1<>(SB)"
+	if v.hbits == 2 {
+		src, shift, mask = hi[t/4], 4-2*(t%4), "·hmask2<>(SB)"
+	}
+	switch {
+	case shift > 0:
+		g.op("VPSLLW $%d, %s, %s", shift, src, tmp)
+		src = tmp
+	case shift < 0:
+		g.op("VPSRLW $%d, %s, %s", -shift, src, tmp)
+		src = tmp
+	}
+	if is.vnni {
+		// w |= src & mask in one instruction (truth table 0xf8)
+		g.op("VPTERNLOGD $0xf8, %s, %s, %s", mask, src, w)
+		return
+	}
+	g.op("VPAND %s, %s, %s", mask, src, tmp)
+	g.op("VPOR %s, %s, %s", tmp, w, w)
 }
 
 // prologue loads the pointers and constants shared by every kernel.
@@ -195,6 +230,18 @@ DATA ·ones16<>+8(SB)/8, $0x0001000100010001
 DATA ·ones16<>+16(SB)/8, $0x0001000100010001
 DATA ·ones16<>+24(SB)/8, $0x0001000100010001
 GLOBL ·ones16<>(SB), RODATA|NOPTR, $32
+
+DATA ·hmask1<>+0(SB)/8, $0x1010101010101010
+DATA ·hmask1<>+8(SB)/8, $0x1010101010101010
+DATA ·hmask1<>+16(SB)/8, $0x1010101010101010
+DATA ·hmask1<>+24(SB)/8, $0x1010101010101010
+GLOBL ·hmask1<>(SB), RODATA|NOPTR, $32
+
+DATA ·hmask2<>+0(SB)/8, $0x3030303030303030
+DATA ·hmask2<>+8(SB)/8, $0x3030303030303030
+DATA ·hmask2<>+16(SB)/8, $0x3030303030303030
+DATA ·hmask2<>+24(SB)/8, $0x3030303030303030
+GLOBL ·hmask2<>(SB), RODATA|NOPTR, $32
 `
 
 func main() {
@@ -205,10 +252,10 @@ func main() {
 	g.b.WriteString(header)
 	vnni, avx2 := isa{name: "VNNI", vnni: true}, isa{name: "AVX2"}
 	legacy := []variant{
-		{name: "U4", u4: true, offset: true},
-		{name: "U4Min", u4: true, hasMin: true},
-		{name: "U8", offset: true},
-		{name: "U8Min", hasMin: true},
+		{name: "U4", u4: true, offset: true},                // Q4_0
+		{name: "U4Min", u4: true, hasMin: true},             // Q4_1
+		{name: "U4H1", u4: true, hbits: 1, offset: true},    // Q5_0
+		{name: "U4H1Min", u4: true, hbits: 1, hasMin: true}, // Q5_1
 	}
 	for _, v := range legacy {
 		for _, c := range []int{1, 8} {
@@ -218,16 +265,19 @@ func main() {
 			g.legacy(v, avx2, c)
 		}
 	}
+	// Q8_0 and IQ4_NL: offset 128 on VNNI, signed levels on AVX2
+	for _, c := range []int{1, 8} {
+		g.legacy(variant{name: "U8", offset: true}, vnni, c)
+	}
 	for _, c := range []int{1, 4} {
 		g.legacy(variant{name: "S8", signed: true}, avx2, c)
 	}
 	kvariants := []variant{
-		{name: "U4Min", sub: 32, u4: true, hasMin: true}, // Q4_K
-		{name: "U8Min", sub: 32, hasMin: true},           // Q5_K
-		{name: "U8", sub: 32, offset: true},              // IQ4_XS
-		{name: "U8", sub: 16, offset: true},              // Q6_K
-		{name: "U4", sub: 16, u4: true, offset: true},    // Q3_K
-		{name: "U4Min", sub: 16, u4: true, hasMin: true}, // Q2_K
+		{name: "U4Min", sub: 32, u4: true, hasMin: true},             // Q4_K
+		{name: "U4H1Min", sub: 32, u4: true, hbits: 1, hasMin: true}, // Q5_K
+		{name: "U4H2", sub: 16, u4: true, hbits: 2, offset: true},    // Q6_K
+		{name: "U4", sub: 16, u4: true, offset: true},                // Q3_K
+		{name: "U4Min", sub: 16, u4: true, hasMin: true},             // Q2_K
 	}
 	for _, v := range kvariants {
 		for _, c := range []int{1, 4} {
@@ -237,8 +287,12 @@ func main() {
 			g.kquant(v, avx2, c)
 		}
 	}
+	// IQ4_XS
+	for _, c := range []int{1, 4} {
+		g.kquant(variant{name: "U8", sub: 32, offset: true}, vnni, c)
+	}
 	for _, c := range []int{1, 2} {
-		g.kquant(variant{name: "S8", sub: 32, signed: true}, avx2, c) // IQ4_XS
+		g.kquant(variant{name: "S8", sub: 32, signed: true}, avx2, c)
 	}
 	for _, typ := range []string{"F32", "F16", "BF16"} {
 		for _, c := range []int{1, 8} {
