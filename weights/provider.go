@@ -108,10 +108,8 @@ type Provider struct {
 	Format Format
 	Config Config
 	Arch   *arch.Descriptor
-	// Metadata is the GGUF key-value metadata (nil for safetensors).
-	Metadata gguf.Metadata
-	// GGUF is the opened GGUF model, for readers that need it all
-	// (inspection, tokenizers); nil for safetensors.
+	// GGUF is the opened GGUF model — its key-value metadata, for
+	// inspection and tokenizers; nil for safetensors.
 	GGUF *gguf.Model
 	// Dir is the safetensors directory (for tokenizer files), "" for GGUF.
 	Dir string
@@ -195,7 +193,7 @@ func openGGUF(path string, opts Options) (*Provider, error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	p := &Provider{Path: path, Format: GGUF, Metadata: m, GGUF: m, tensors: map[string]*Tensor{}, cache: map[string]Data{}}
+	p := &Provider{Path: path, Format: GGUF, GGUF: m, tensors: map[string]*Tensor{}, cache: map[string]Data{}}
 	p.src = source{
 		tensor: func(name string) ([]byte, error) {
 			t, ok := m.Tensor(name)
