@@ -198,6 +198,9 @@ func (m *Model) run(ctx context.Context, ids []int32, g GenerateOptions, yield f
 	r := &request{ctx: ctx, seq: seq, st: st, logits: make([]float32, m.eng.Vocab()), start: start, out: newQueue()}
 	select {
 	case m.sched.submit <- r:
+	case <-m.sched.quit:
+		yield(Token{}, ErrClosed)
+		return
 	case <-ctx.Done():
 		yield(Token{}, ctx.Err())
 		return

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weftlm/weft/internal/testmodel"
 )
@@ -415,5 +416,54 @@ func TestJSONMode(t *testing.T) {
 	text, _, _ := collect(t, m.Generate(context.Background(), "", WithJSON(), WithTemperature(0), WithMaxTokens(40)))
 	if !strings.HasPrefix(strings.TrimSpace(text), "{") {
 		t.Errorf("greedy JSON output %q does not open an object", text)
+	}
+}
+
+// TestCloseWhileGenerating: Close ends running generations with ErrClosed
+// and returns; nothing hangs.
+func TestCloseWhileGenerating(t *testing.T) {
+	m, err := Load(context.Background(), sharedFile(t, "gguf-stories260K/stories260K.gguf"), WithParallel(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 4)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			var last error
+			first := true
+			for _, err := range m.Generate(context.Background(), "Once", WithMaxTokens(100000), WithOverflow(OverflowShift)) {
+				if first {
+					started <- struct{}{}
+					first = false
+				}
+				if err != nil {
+					last = err
+				}
+			}
+			errs <- last
+		}()
+	}
+	<-started
+	<-started
+	done := make(chan error, 1)
+	go func() { done <- m.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close hung")
+	}
+	for range 4 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("a generation ended with %v, want ErrClosed", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a generation never ended")
+		}
 	}
 }
