@@ -34,6 +34,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	drain := fs.Duration("drain", 30*time.Second, "on SIGINT or SIGTERM, how long running requests may finish")
 	name := fs.String("name", "", "model id in /v1/models and responses (default: the model file's base name)")
 	logFormat := fs.String("log", "text", "log format on stderr: text or json")
+	backendName := fs.String("backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)")
+	gpuLayers := fs.Int("n-gpu-layers", -1, "with a GPU backend: put only the last N layers and the output on the GPU (-1: all)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -64,7 +66,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	// The scheduler decodes every running request in one replay, so a
 	// replay must be as wide as the parallelism.
-	opts := []weft.Option{weft.WithContext(*ctxLen), weft.WithThreads(*threads), weft.WithParallel(*parallel), weft.WithBatch(max(64, *parallel))}
+	opts := []weft.Option{weft.WithContext(*ctxLen), weft.WithThreads(*threads), weft.WithParallel(*parallel), weft.WithBatch(max(64, *parallel)),
+		weft.WithBackend(*backendName), weft.WithGPULayers(*gpuLayers)}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts = append(opts, weft.WithProgress(progressBar(stderr)))
 	}
