@@ -1,8 +1,6 @@
 package convert
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,51 +9,13 @@ import (
 	"github.com/weftlm/weft/backend/cpu"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/internal/testmodel"
 	"github.com/weftlm/weft/weights"
 )
 
-type reference struct {
-	Tokens    []int32 `json:"tokens"`
-	Generated []int32 `json:"generated"`
-	Rows      int     `json:"rows"`
-	Vocab     int     `json:"vocab"`
-	logits    []float32
-}
-
-func loadReference(t *testing.T, dir string) *reference {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r reference
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "logits.f32"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.logits = make([]float32, len(raw)/4)
-	for i := range r.logits {
-		r.logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return &r
-}
-
-func argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // logitsOf runs the reference's prompt and its 32 generated tokens through
 // the model at path, teacher-forced, and returns every row.
-func logitsOf(t *testing.T, path string, r *reference) []float32 {
+func logitsOf(t *testing.T, path string, r *testmodel.Reference) []float32 {
 	t.Helper()
 	p, err := weights.Open(path, weights.Options{})
 	if err != nil {
@@ -90,7 +50,7 @@ func rowErrors(got, want []float32, vocab int) (worst, mean float64, top1 int) {
 		e := math.Sqrt(d / n)
 		worst = max(worst, e)
 		mean += e / float64(rows)
-		if argmax(g) == argmax(w) {
+		if testmodel.Argmax(g) == testmodel.Argmax(w) {
 			top1++
 		}
 	}
@@ -114,7 +74,7 @@ func TestGGUFConversion(t *testing.T) {
 	tol := map[ggml.Type]bound{ggml.F32: {1e-4, 1e-4}, ggml.F16: {5e-3, 3e-2}, ggml.BF16: {4e-2, 1.5e-1}}
 	for _, name := range []string{"llama3-tiny", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny"} {
 		dir := filepath.Join("..", "testdata", "models", name)
-		r := loadReference(t, dir)
+		r := testmodel.LoadReference(t, dir)
 		src, err := weights.Open(dir, weights.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +91,7 @@ func TestGGUFConversion(t *testing.T) {
 				}
 				f.Close()
 				got := logitsOf(t, out, r)
-				worst, mean, top1 := rowErrors(got, r.logits, r.Vocab)
+				worst, mean, top1 := rowErrors(got, r.Logits, r.Vocab)
 				t.Logf("row relative error: mean %.3g, worst %.3g; top-1 agreement %d/%d", mean, worst, top1, r.Rows)
 				if mean > tol[typ].mean || worst > tol[typ].worst {
 					t.Errorf("row relative error mean %.3g worst %.3g, bounds %g and %g", mean, worst, tol[typ].mean, tol[typ].worst)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/internal/testmodel"
 	"github.com/weftlm/weft/weights"
 )
 
@@ -19,15 +20,9 @@ func sharedFile(t testing.TB, rel string) string {
 	return p
 }
 
-func argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
+func argmax(v []float32) int32 { return testmodel.Argmax(v) }
+
+func relErr(a, b []float32) float64 { return testmodel.RelErr(a, b) }
 
 // TestStoriesGreedy decodes 256 tokens greedily from BOS with the real
 // stories260K model and compares with the ids llama2.c's run.c produces.

@@ -1,73 +1,20 @@
 package engine
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/internal/testmodel"
 	"github.com/weftlm/weft/weights"
 )
-
-// reference is a fixture made by scripts/make_hf_fixtures.py: transformers'
-// logits for a fixed prompt followed by its 32 greedy continuations.
-type reference struct {
-	Tokens    []int32 `json:"tokens"`
-	Generated []int32 `json:"generated"`
-	Rows      int     `json:"rows"`
-	Vocab     int     `json:"vocab"`
-	PromptLen int     `json:"prompt_len"`
-	logits    []float32
-}
-
-func loadReference(t *testing.T, dir string) *reference {
-	t.Helper()
-	return loadReferenceFiles(t, filepath.Join(dir, "reference.json"), filepath.Join(dir, "logits.f32"))
-}
-
-func loadReferenceFiles(t *testing.T, jsonPath, logitsPath string) *reference {
-	t.Helper()
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r reference
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(logitsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(raw) != 4*r.Rows*r.Vocab {
-		t.Fatalf("logits.f32 has %d bytes, want %d", len(raw), 4*r.Rows*r.Vocab)
-	}
-	r.logits = make([]float32, r.Rows*r.Vocab)
-	for i := range r.logits {
-		r.logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return &r
-}
-
-// relErr is ‖a−b‖/‖b‖.
-func relErr(a, b []float32) float64 {
-	var d, n float64
-	for i := range b {
-		x := float64(a[i]) - float64(b[i])
-		d += x * x
-		n += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(d / n)
-}
 
 // runReference feeds the prompt teacher-forced in one call (the batched
 // prefill path), then decodes greedily one token at a time (the KV-cache
 // path), returning every row's logits and the greedy ids.
-func runReference(t *testing.T, m *Model, r *reference) ([]float32, []int32) {
+func runReference(t *testing.T, m *Model, r *testmodel.Reference) ([]float32, []int32) {
 	t.Helper()
 	seq, err := m.NewSequence()
 	if err != nil {
@@ -100,7 +47,7 @@ func TestHFReferences(t *testing.T) {
 	for _, name := range []string{"llama3-tiny", "llama3-tiny-sharded", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("..", "testdata", "models", name)
-			r := loadReference(t, dir)
+			r := testmodel.LoadReference(t, dir)
 			p, err := weights.Open(dir, weights.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -114,7 +61,7 @@ func TestHFReferences(t *testing.T) {
 			got, gen := runReference(t, m, r)
 			worst := 0.0
 			for row := 0; row < r.Rows; row++ {
-				e := relErr(got[row*r.Vocab:(row+1)*r.Vocab], r.logits[row*r.Vocab:(row+1)*r.Vocab])
+				e := relErr(got[row*r.Vocab:(row+1)*r.Vocab], r.Row(row))
 				worst = max(worst, e)
 				if e > 1e-4 {
 					t.Errorf("row %d: relative error %.3g > 1e-4", row, e)
@@ -160,7 +107,7 @@ func TestQuantizedReferences(t *testing.T) {
 		base := ref[:len(ref)-len(".reference.json")]
 		name := filepath.Base(base)
 		t.Run(name, func(t *testing.T) {
-			r := loadReferenceFiles(t, ref, base+".logits.f32")
+			r := testmodel.LoadReferenceFiles(t, ref, base+".logits.f32")
 			model := base
 			if _, err := os.Stat(base + ".gguf"); err == nil {
 				model = base + ".gguf"
@@ -182,7 +129,7 @@ func TestQuantizedReferences(t *testing.T) {
 			got, gen := runReference(t, m, r)
 			worst := 0.0
 			for row := 0; row < r.Rows; row++ {
-				worst = max(worst, relErr(got[row*r.Vocab:(row+1)*r.Vocab], r.logits[row*r.Vocab:(row+1)*r.Vocab]))
+				worst = max(worst, relErr(got[row*r.Vocab:(row+1)*r.Vocab], r.Row(row)))
 			}
 			t.Logf("worst row relative error %.3g", worst)
 			if worst > 1e-4 {
@@ -199,7 +146,7 @@ func TestQuantizedReferences(t *testing.T) {
 
 // checkQ8Activations feeds the reference's prompt and continuation
 // teacher-forced and applies the bounds of TestQuantizedReferences.
-func checkQ8Activations(t *testing.T, m *Model, r *reference) {
+func checkQ8Activations(t *testing.T, m *Model, r *testmodel.Reference) {
 	t.Helper()
 	seq, err := m.NewSequence()
 	if err != nil {
@@ -212,7 +159,7 @@ func checkQ8Activations(t *testing.T, m *Model, r *reference) {
 	}
 	worst, mean, top1 := 0.0, 0.0, 0
 	for row := 0; row < r.Rows; row++ {
-		g, w := got[row*r.Vocab:(row+1)*r.Vocab], r.logits[row*r.Vocab:(row+1)*r.Vocab]
+		g, w := got[row*r.Vocab:(row+1)*r.Vocab], r.Row(row)
 		e := relErr(g, w)
 		worst = max(worst, e)
 		mean += e / float64(r.Rows)
@@ -234,7 +181,7 @@ func checkQ8Activations(t *testing.T, m *Model, r *reference) {
 // under 5e-2 and top-1 must agree on 90 % of rows.
 func TestBF16Reference(t *testing.T) {
 	dir := filepath.Join("..", "testdata", "models", "llama3-tiny-bf16")
-	r := loadReference(t, dir)
+	r := testmodel.LoadReference(t, dir)
 	p, err := weights.Open(dir, weights.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +200,7 @@ func TestBF16Reference(t *testing.T) {
 	}
 	mean, top1 := 0.0, 0
 	for row := 0; row < r.Rows; row++ {
-		g, w := got[row*r.Vocab:(row+1)*r.Vocab], r.logits[row*r.Vocab:(row+1)*r.Vocab]
+		g, w := got[row*r.Vocab:(row+1)*r.Vocab], r.Row(row)
 		mean += relErr(g, w) / float64(r.Rows)
 		if argmax(g) == argmax(w) {
 			top1++

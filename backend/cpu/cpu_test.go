@@ -1,10 +1,11 @@
 package cpu_test
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/weftlm/weft/internal/testmodel"
 
 	"github.com/weftlm/weft/backend/cpu"
 	"github.com/weftlm/weft/engine"
@@ -52,15 +53,7 @@ func runModel(t *testing.T, path, level string) []float32 {
 	return out
 }
 
-func relErr(a, b []float32) float64 {
-	var d, n float64
-	for i := range b {
-		x := float64(a[i]) - float64(b[i])
-		d += x * x
-		n += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(d / n)
-}
+func relErr(a, b []float32) float64 { return testmodel.RelErr(a, b) }
 
 // TestLevelsAgree runs models of every weight family at every kernel level
 // this machine has. The SIMD levels do the same float operations in the
