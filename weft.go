@@ -24,8 +24,6 @@ import (
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/backend/cpu"
-	"github.com/weftlm/weft/backend/cuda"
-	"github.com/weftlm/weft/backend/split"
 	"github.com/weftlm/weft/chat"
 	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/engine"
@@ -52,7 +50,8 @@ type loadOptions struct {
 	parallel    int
 	batch       int
 	memoryLimit int64
-	gpuLayers   int // -1: all (the default when a GPU backend is chosen)
+	gpuLayers   int       // -1: as many as fit (the default when a GPU backend is chosen)
+	tensorSplit []float64 // each GPU's share of the GPU layers; nil: by free memory
 }
 
 // Option configures Load.
@@ -74,10 +73,22 @@ func WithDefaultSeed(seed uint64) Option { return func(o *loadOptions) { o.seed 
 // GPU can be used, else the CPU).
 func WithBackend(name string) Option { return func(o *loadOptions) { o.backend = name } }
 
-// WithGPULayers puts only the last n layers (and the output head) on the
-// GPU, the rest on the CPU; -1 (default) puts them all there. Only used
-// with the "cuda" and "auto" backends.
+// WithGPULayers puts only the last n layers (and the output head) on
+// GPUs, the rest on the CPU; Load fails before allocating when they do not
+// fit. -1 (default) puts as many as fit in free memory with a margin:
+// every layer when it can, lowering the context (unless WithContext set
+// it) before leaving layers on the CPU. Only used with the "cuda" and
+// "auto" backends; Info().Placement says what was chosen.
 func WithGPULayers(n int) Option { return func(o *loadOptions) { o.gpuLayers = n } }
+
+// WithTensorSplit shares the GPU layers among the GPUs in these
+// proportions, one per device in device order (3,1 gives the first three
+// quarters; 0 leaves a device out). By default the shares follow each
+// device's free memory. Each device runs a contiguous range of layers;
+// the last one also runs the output head.
+func WithTensorSplit(shares []float64) Option {
+	return func(o *loadOptions) { o.tensorSplit = append([]float64(nil), shares...) }
+}
 
 // WithMmap turns memory-mapping of the weights on (default) or off; off
 // reads them into memory.
@@ -147,17 +158,18 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 		w.Close()
 		return nil, err
 	}
-	be, err := chooseBackend(o, w.Config.NLayers)
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
 	ctxLen := o.context
 	if ctxLen <= 0 {
 		ctxLen = min(w.Config.ContextLength, engine.DefaultContext)
 	}
+	be, plan, ctxLen, err := chooseBackend(o, w, ctxLen)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
 	if o.memoryLimit > 0 {
 		if need := estimateMemory(w, ctxLen, max(o.parallel, 1), o.batch); need > o.memoryLimit {
+			be.Close()
 			w.Close()
 			return nil, fmt.Errorf("weft: %s needs about %s (weights, KV cache for %d × %d tokens, buffers), over the limit of %s; lower the context or parallelism",
 				path, humanBytes(need), max(o.parallel, 1), ctxLen, humanBytes(o.memoryLimit))
@@ -166,6 +178,7 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 	eng, err := engine.Load(w, be, engine.Options{Context: ctxLen, Slots: o.parallel, MaxBatch: o.batch,
 		Progress: func(stage string, done, total int) { report(stage, done, total) }})
 	if err != nil {
+		be.Close()
 		w.Close()
 		return nil, err
 	}
@@ -180,35 +193,11 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 		return nil, err
 	}
 	m.info = buildInfo(m, resolved, be)
+	if plan != nil {
+		m.info.Placement = plan.String()
+	}
 	m.sched = startScheduler(m)
 	return m, nil
-}
-
-func chooseBackend(o loadOptions, nLayers int) (backend.Backend, error) {
-	switch o.backend {
-	case "", "cpu":
-		return cpu.New(o.threads), nil
-	case "cuda", "auto":
-	default:
-		return nil, fmt.Errorf("weft: unknown backend %q (have: cpu, cuda, auto)", o.backend)
-	}
-	if o.gpuLayers == 0 {
-		return cpu.New(o.threads), nil
-	}
-	gpu, err := cuda.New(0)
-	if err != nil {
-		if o.backend == "auto" {
-			return cpu.New(o.threads), nil
-		}
-		return nil, fmt.Errorf("weft: %w", err)
-	}
-	if o.gpuLayers < 0 || o.gpuLayers >= nLayers {
-		return gpu, nil
-	}
-	return split.New([]split.Part{
-		{Backend: cpu.New(o.threads), FirstLayer: 0},
-		{Backend: gpu, FirstLayer: nLayers - o.gpuLayers},
-	})
 }
 
 var errNoTokenizer = errors.New("no tokenizer")
@@ -273,6 +262,9 @@ func (m *Model) Close() error {
 	m.closeMu.Lock() // waits for them to return their slots
 	defer m.closeMu.Unlock()
 	err := m.eng.Close()
+	if berr := m.eng.Backend.Close(); err == nil {
+		err = berr
+	}
 	if werr := m.w.Close(); err == nil {
 		err = werr
 	}
@@ -318,6 +310,7 @@ type Info struct {
 	Parameters    int64           `json:"parameters"`
 	WeightBytes   int64           `json:"weight_bytes"`
 	Backend       string          `json:"backend"`
+	Placement     string          `json:"placement,omitempty"` // where the layers run, when GPUs are used
 	Threads       int             `json:"threads"`
 	Context       int             `json:"context"`
 	Parallel      int             `json:"parallel"`

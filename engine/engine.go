@@ -32,6 +32,10 @@ type Options struct {
 // trained for 128k positions does not reserve a 128k cache by default.
 const DefaultContext = 4096
 
+// DefaultBatch is the most rows one replay carries when the caller names
+// no MaxBatch: the prefill chunk and the widest batched decode.
+const DefaultBatch = 64
+
 // Model is a model ready to run.
 type Model struct {
 	Weights *weights.Provider
@@ -69,7 +73,7 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 	slots := max(opts.Slots, 1)
 	maxBatch := opts.MaxBatch
 	if maxBatch <= 0 {
-		maxBatch = 64
+		maxBatch = DefaultBatch
 	}
 	// A batched decode step carries one row per live sequence.
 	maxBatch = min(max(maxBatch, slots), max(ctx, slots))

@@ -126,4 +126,10 @@ func TestRunCommand(t *testing.T) {
 	if stdout2 != stdout {
 		t.Errorf("seeded runs differ: %q vs %q", stdout, stdout2)
 	}
+	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--tensor-split", "a,b"); code != 2 || !strings.Contains(stderr, "--tensor-split") {
+		t.Errorf("bad --tensor-split: exit %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--tensor-split", "1,1"); code != 1 || !strings.Contains(stderr, "tensor split needs the cuda or auto backend") {
+		t.Errorf("--tensor-split on the CPU: exit %d, stderr %q", code, stderr)
+	}
 }

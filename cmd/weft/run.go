@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/weftlm/weft"
+	"github.com/weftlm/weft/placement"
 )
 
 func init() {
@@ -30,6 +31,7 @@ type genFlags struct {
 	verbose       *bool
 	backend       *string
 	gpuLayers     *int
+	tensorSplit   *string
 }
 
 func addGenFlags(fs *flag.FlagSet, defaultN int) *genFlags {
@@ -46,7 +48,8 @@ func addGenFlags(fs *flag.FlagSet, defaultN int) *genFlags {
 		threads:       fs.Int("threads", 0, "CPU threads (0: one per CPU)"),
 		verbose:       fs.Bool("verbose", false, "print loading and speed figures to stderr"),
 		backend:       fs.String("backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)"),
-		gpuLayers:     fs.Int("n-gpu-layers", -1, "with a GPU backend: put only the last N layers and the output on the GPU (-1: all)"),
+		gpuLayers:     fs.Int("n-gpu-layers", -1, gpuLayersUsage),
+		tensorSplit:   fs.String("tensor-split", "", tensorSplitUsage),
 	}
 }
 
@@ -64,13 +67,21 @@ func (g *genFlags) load(ctx context.Context, stderr io.Writer) (*weft.Model, err
 	if *g.model == "" {
 		return nil, fmt.Errorf("%w: -m MODEL is required", errUsage)
 	}
-	opts := []weft.Option{weft.WithContext(*g.ctx), weft.WithThreads(*g.threads), weft.WithBackend(*g.backend), weft.WithGPULayers(*g.gpuLayers)}
+	shares, err := placement.ParseSplit(*g.tensorSplit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	opts := []weft.Option{weft.WithContext(*g.ctx), weft.WithThreads(*g.threads), weft.WithBackend(*g.backend),
+		weft.WithGPULayers(*g.gpuLayers), weft.WithTensorSplit(shares)}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts = append(opts, weft.WithProgress(progressBar(stderr)))
 	}
 	m, err := weft.Load(ctx, *g.model, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if p := m.Info().Placement; p != "" {
+		fmt.Fprintf(stderr, "weft: %s\n", p)
 	}
 	if *g.verbose {
 		in := m.Info()
@@ -79,6 +90,11 @@ func (g *genFlags) load(ctx context.Context, stderr io.Writer) (*weft.Model, err
 	}
 	return m, nil
 }
+
+const (
+	gpuLayersUsage   = "with a GPU backend: put only the last N layers and the output on GPUs, failing when they do not fit (-1: as many as fit in free memory)"
+	tensorSplitUsage = "with several GPUs: each one's share of the GPU layers, comma-separated in device order, e.g. 3,1 (default: by free memory)"
+)
 
 // progressBar draws one line on a terminal, rewritten in place.
 func progressBar(w io.Writer) func(weft.Progress) {

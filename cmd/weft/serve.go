@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/weftlm/weft"
+	"github.com/weftlm/weft/placement"
 	"github.com/weftlm/weft/server"
 )
 
@@ -35,7 +36,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	name := fs.String("name", "", "model id in /v1/models and responses (default: the model file's base name)")
 	logFormat := fs.String("log", "text", "log format on stderr: text or json")
 	backendName := fs.String("backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)")
-	gpuLayers := fs.Int("n-gpu-layers", -1, "with a GPU backend: put only the last N layers and the output on the GPU (-1: all)")
+	gpuLayers := fs.Int("n-gpu-layers", -1, gpuLayersUsage)
+	tensorSplit := fs.String("tensor-split", "", tensorSplitUsage)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -54,6 +56,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *drain <= 0:
 		return fmt.Errorf("%w: --drain must be positive", errUsage)
 	}
+	shares, err := placement.ParseSplit(*tensorSplit)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	var logger *slog.Logger
 	switch *logFormat {
 	case "text":
@@ -67,7 +73,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// The scheduler decodes every running request in one replay, so a
 	// replay must be as wide as the parallelism.
 	opts := []weft.Option{weft.WithContext(*ctxLen), weft.WithThreads(*threads), weft.WithParallel(*parallel), weft.WithBatch(max(64, *parallel)),
-		weft.WithBackend(*backendName), weft.WithGPULayers(*gpuLayers)}
+		weft.WithBackend(*backendName), weft.WithGPULayers(*gpuLayers), weft.WithTensorSplit(shares)}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts = append(opts, weft.WithProgress(progressBar(stderr)))
 	}
@@ -84,7 +90,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DrainTimeout: *drain, Logger: logger})
 	in := m.Info()
 	logger.Info("listening", "url", "http://"+ln.Addr().String(), "model", in.Path, "architecture", in.Architecture,
-		"slots", in.Parallel, "context", in.Context, "threads", in.Threads, "chat_template", in.ChatTemplate, "api_key", *apiKey != "")
+		"slots", in.Parallel, "context", in.Context, "threads", in.Threads, "chat_template", in.ChatTemplate, "api_key", *apiKey != "",
+		"backend", in.Backend, "placement", in.Placement)
 
 	// The signals are caught here as well as in main, so that the command
 	// drains the same way when a test runs it directly.

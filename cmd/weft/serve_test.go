@@ -29,6 +29,7 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"-m", "x.gguf", "--max-body", "0"}, "--max-body must be positive"},
 		{[]string{"-m", "x.gguf", "--log", "xml"}, "--log must be text or json"},
 		{[]string{"--port", "80"}, "flag provided but not defined: -port"},
+		{[]string{"-m", "x.gguf", "--tensor-split", "1,-2"}, `--tensor-split "1,-2": entry 2`},
 	} {
 		_, errOut, code := runWeft(t, append([]string{"serve"}, tc.args...)...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {

@@ -1,0 +1,164 @@
+package weft
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/weftlm/weft/arch"
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/backend/cuda"
+	"github.com/weftlm/weft/backend/split"
+	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/placement"
+	"github.com/weftlm/weft/weights"
+)
+
+// gpuSystem finds and opens GPUs. Load uses CUDA; tests put CPU backends
+// with made-up free memory in its place to exercise placement end to end.
+type gpuSystem interface {
+	Devices() ([]placement.Device, error)
+	Open(index int) (backend.Backend, error)
+}
+
+type cudaSystem struct{}
+
+func (cudaSystem) Devices() ([]placement.Device, error) {
+	ds, err := cuda.Devices()
+	if err != nil {
+		return nil, err
+	}
+	var out []placement.Device
+	for _, d := range ds {
+		out = append(out, placement.Device{Index: d.Index, Name: d.Name, FreeBytes: int64(d.FreeBytes)})
+	}
+	return out, nil
+}
+
+func (cudaSystem) Open(index int) (backend.Backend, error) { return cuda.New(index) }
+
+var gpus gpuSystem = cudaSystem{}
+
+// chooseBackend picks the backend for the options and, for GPUs, places
+// the layers within the devices' free memory. It returns the backend, the
+// plan (nil on the CPU alone) and the context to use.
+func chooseBackend(o loadOptions, w *weights.Provider, ctx int) (backend.Backend, *placement.Plan, int, error) {
+	switch o.backend {
+	case "", "cpu":
+		if len(o.tensorSplit) > 0 {
+			return nil, nil, 0, errors.New("weft: a tensor split needs the cuda or auto backend")
+		}
+		return cpu.New(o.threads), nil, ctx, nil
+	case "cuda", "auto":
+	default:
+		return nil, nil, 0, fmt.Errorf("weft: unknown backend %q (have: cpu, cuda, auto)", o.backend)
+	}
+	if o.gpuLayers == 0 {
+		return cpu.New(o.threads), nil, ctx, nil
+	}
+	devs, err := gpus.Devices()
+	if err == nil && len(devs) == 0 {
+		err = errors.New("cuda: no device found")
+	}
+	if err != nil {
+		if o.backend == "auto" {
+			return cpu.New(o.threads), nil, ctx, nil
+		}
+		return nil, nil, 0, fmt.Errorf("weft: %w", err)
+	}
+	slots := max(o.parallel, 1)
+	plan, err := placement.Fit(footprint(w, slots, o.batch), devs, placement.Request{
+		GPULayers: o.gpuLayers, Split: o.tensorSplit, Context: ctx, ContextFixed: o.context > 0,
+		Slots: slots, Margin: placement.DefaultMargin,
+	})
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("weft: %s: %w", w.Name(), err)
+	}
+	var parts []split.Part
+	closeAll := func() {
+		for _, p := range parts {
+			p.Backend.Close()
+		}
+	}
+	for _, part := range plan.Parts {
+		var be backend.Backend = cpu.New(o.threads)
+		if part.Device >= 0 {
+			be, err = gpus.Open(devs[part.Device].Index)
+			if err != nil {
+				closeAll()
+				if o.backend == "auto" {
+					return cpu.New(o.threads), nil, ctx, nil
+				}
+				return nil, nil, 0, fmt.Errorf("weft: %w", err)
+			}
+		}
+		parts = append(parts, split.Part{Backend: be, FirstLayer: part.FirstLayer})
+	}
+	if len(parts) == 1 {
+		return parts[0].Backend, &plan, plan.Context, nil
+	}
+	s, err := split.New(parts)
+	if err != nil {
+		closeAll()
+		return nil, nil, 0, err
+	}
+	return s, &plan, plan.Context, nil
+}
+
+// footprint is the model as a GPU would hold it: each layer's weights,
+// the embedding, the output head (the embedding again when tied), each
+// layer's key/value cache and the working buffers of a part.
+func footprint(w *weights.Provider, slots, batch int) placement.Model {
+	c := &w.Config
+	m := placement.Model{LayerBytes: make([]int64, c.NLayers)}
+	var largest *weights.Tensor
+	for _, t := range w.Tensors() {
+		n := cuda.WeightBytes(t)
+		if len(t.Shape) == 2 && (largest == nil || t.Rows()*t.Cols() > largest.Rows()*largest.Cols()) {
+			largest = t
+		}
+		switch {
+		case layerOf(t.Name) >= 0 && layerOf(t.Name) < c.NLayers:
+			m.LayerBytes[layerOf(t.Name)] += n
+		case t.Name == arch.TokenEmbedding:
+			m.EmbedBytes += n
+			if !w.Has(arch.Output) {
+				m.OutputBytes += n
+				m.SharedBytes = n
+			}
+		default:
+			m.OutputBytes += n
+		}
+	}
+	if batch <= 0 {
+		batch = engine.DefaultBatch
+	}
+	maxRows := max(batch, slots)
+	m.WorkBytes = cuda.WorkBytes(c, maxRows, largest)
+	m.KVBytes = func(l, ctx int) int64 {
+		if c.SlidingWindow > 0 && l < len(c.SlidingLayers) && c.SlidingLayers[l] {
+			ctx = min(ctx, c.SlidingWindow+maxRows)
+		}
+		return cuda.KVBytes(c, ctx)
+	}
+	return m
+}
+
+// layerOf reads the layer number of a canonical name "layers.N.…", or -1.
+func layerOf(name string) int {
+	rest, ok := strings.CutPrefix(name, "layers.")
+	if !ok {
+		return -1
+	}
+	num, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil {
+		return -1
+	}
+	return n
+}

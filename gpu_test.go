@@ -1,0 +1,155 @@
+package weft
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/placement"
+	"github.com/weftlm/weft/weights"
+)
+
+// fakeGPUs stands in for CUDA: each "device" is a CPU backend, so the
+// placement and the split it builds run end to end without a GPU.
+type fakeGPUs struct {
+	devs   []placement.Device
+	err    error
+	opened []int
+}
+
+func (f *fakeGPUs) Devices() ([]placement.Device, error) { return f.devs, f.err }
+
+func (f *fakeGPUs) Open(i int) (backend.Backend, error) {
+	f.opened = append(f.opened, i)
+	return cpu.New(1), nil
+}
+
+func withGPUs(t *testing.T, f *fakeGPUs) {
+	old := gpus
+	gpus = f
+	t.Cleanup(func() { gpus = old })
+}
+
+func greedyIDs(t *testing.T, m *Model) []int32 {
+	t.Helper()
+	_, ids, _ := collect(t, m.Generate(context.Background(), "Once upon a time", WithTemperature(0), WithMaxTokens(40)))
+	return ids
+}
+
+func TestPlacementOnFakeGPUs(t *testing.T) {
+	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	want := greedyIDs(t, loadStories(t))
+
+	w, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := footprint(w, 1, 0)
+	w.Close()
+	nLayers := len(fp.LayerBytes)
+	// Room for the output head, the buffers and two layers, beside the
+	// margin: auto-fit must leave the rest on the CPU.
+	twoLayers := placement.DefaultMargin + fp.WorkBytes + fp.OutputBytes + 2*(fp.LayerBytes[0]+fp.KVBytes(0, 64)) + 1024
+	const plenty = 80 << 30
+
+	tests := []struct {
+		name       string
+		devs       []placement.Device
+		opts       []Option
+		wantParts  string // the plan's text must contain this
+		wantOpened []int
+		wantErr    string
+	}{
+		{"one device, every layer", []placement.Device{{Index: 0, Name: "fake", FreeBytes: plenty}}, nil,
+			"layers 0-4 and output on cuda:0 fake", []int{0}, ""},
+		{"three devices by free memory", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty}, {Index: 1, Name: "b", FreeBytes: plenty}, {Index: 2, Name: "c", FreeBytes: plenty}}, nil,
+			"layers 0-1 on cuda:0 a", []int{0, 1, 2}, ""},
+		{"explicit split leaves device 0 out", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty}, {Index: 1, Name: "b", FreeBytes: plenty}},
+			[]Option{WithTensorSplit([]float64{0, 1})}, "layers 0-4 and output on cuda:1 b", []int{1}, ""},
+		{"auto-fit leaves layers on the CPU", []placement.Device{{Index: 0, Name: "small", FreeBytes: twoLayers}}, []Option{WithContext(64)},
+			"layers 0-2 on cpu; 3-4 and output on cuda:0 small", []int{0}, ""},
+		{"explicit layer count", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty}}, []Option{WithGPULayers(1)},
+			"layers 0-3 on cpu; 4 and output on cuda:0 a", []int{0}, ""},
+		{"explicit count that does not fit", []placement.Device{{Index: 0, Name: "small", FreeBytes: twoLayers}}, []Option{WithGPULayers(nLayers), WithContext(64)},
+			"", nil, "need"},
+		{"split of the wrong length", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty}}, []Option{WithTensorSplit([]float64{1, 1})},
+			"", nil, "2 entries for 1 GPUs"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeGPUs{devs: tc.devs}
+			withGPUs(t, f)
+			m, err := Load(context.Background(), path, append([]Option{WithBackend("cuda")}, tc.opts...)...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "stories260K") {
+					t.Fatalf("err = %v, want it to name the model and contain %q", err, tc.wantErr)
+				}
+				if len(f.opened) != 0 {
+					t.Errorf("opened devices %v before failing", f.opened)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if p := m.Info().Placement; !strings.Contains(p, tc.wantParts) {
+				t.Errorf("placement %q, want it to contain %q", p, tc.wantParts)
+			}
+			if len(f.opened) != len(tc.wantOpened) {
+				t.Errorf("opened %v, want %v", f.opened, tc.wantOpened)
+			}
+			for i := range min(len(f.opened), len(tc.wantOpened)) {
+				if f.opened[i] != tc.wantOpened[i] {
+					t.Errorf("opened %v, want %v", f.opened, tc.wantOpened)
+				}
+			}
+			got := greedyIDs(t, m)
+			if len(got) != len(want) {
+				t.Fatalf("%d tokens, want %d", len(got), len(want))
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("token %d: %d, want %d (split placement must match the CPU)", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestPlacementFallback(t *testing.T) {
+	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	withGPUs(t, &fakeGPUs{err: errors.New("cuda: libcuda.so.1 not found")})
+	m, err := Load(context.Background(), path, WithBackend("auto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := m.Info(); in.Backend != "cpu" || in.Placement != "" {
+		t.Errorf("auto without a GPU: backend %q placement %q", in.Backend, in.Placement)
+	}
+	m.Close()
+	if _, err := Load(context.Background(), path, WithBackend("cuda")); err == nil || !strings.Contains(err.Error(), "libcuda") {
+		t.Errorf("cuda without a GPU: %v", err)
+	}
+	withGPUs(t, &fakeGPUs{})
+	if _, err := Load(context.Background(), path, WithBackend("cuda")); err == nil || !strings.Contains(err.Error(), "no device") {
+		t.Errorf("cuda with no device: %v", err)
+	}
+	if _, err := Load(context.Background(), path, WithTensorSplit([]float64{1, 1})); err == nil || !strings.Contains(err.Error(), "tensor split") {
+		t.Errorf("tensor split on the CPU: %v", err)
+	}
+}
+
+func TestLayerOf(t *testing.T) {
+	for name, want := range map[string]int{
+		"layers.0.attention.q.weight": 0, "layers.31.mlp.down.weight": 31, "token_embedding.weight": -1,
+		"layers.x.y": -1, "layers.7": -1, "output.weight": -1,
+	} {
+		if got := layerOf(name); got != want {
+			t.Errorf("layerOf(%q) = %d, want %d", name, got, want)
+		}
+	}
+}
