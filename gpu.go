@@ -41,9 +41,21 @@ func (cudaSystem) Open(index int) (backend.Backend, error) { return cuda.New(ind
 
 var gpus gpuSystem = cudaSystem{}
 
-// chooseBackend picks the backend for the options and, for GPUs, places
-// the layers within the devices' free memory. It returns the backend, the
-// plan (nil on the CPU alone) and the context to use.
+// NewBackend is the backend Load would build for the options: the CPU, or
+// GPUs (with the CPU for the first layers) placed within the devices' free
+// memory. ctx is the context wanted; it returns the context that fits and
+// the plan (nil on the CPU alone). Only the backend, thread, parallel,
+// batch, context, GPU-layer and tensor-split options matter. For callers
+// driving package engine directly (weft bench); the caller closes the
+// backend.
+func NewBackend(w *weights.Provider, ctx int, opts ...Option) (backend.Backend, *placement.Plan, int, error) {
+	o := defaultOptions()
+	for _, f := range opts {
+		f(&o)
+	}
+	return chooseBackend(o, w, ctx)
+}
+
 func chooseBackend(o loadOptions, w *weights.Provider, ctx int) (backend.Backend, *placement.Plan, int, error) {
 	switch o.backend {
 	case "", "cpu":

@@ -54,6 +54,8 @@ type loadOptions struct {
 	tensorSplit []float64 // each GPU's share of the GPU layers; nil: by free memory
 }
 
+func defaultOptions() loadOptions { return loadOptions{backend: "cpu", parallel: 1, gpuLayers: -1} }
+
 // Option configures Load.
 type Option func(*loadOptions)
 
@@ -135,7 +137,7 @@ var ErrClosed = errors.New("weft: model is closed")
 // directory, or a name found in the Hugging Face hub cache or the ollama
 // store — and prepares it to run.
 func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
-	o := loadOptions{backend: "cpu", parallel: 1, gpuLayers: -1}
+	o := defaultOptions()
 	for _, f := range opts {
 		f(&o)
 	}

@@ -13,10 +13,9 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/weftlm/weft/backend"
-	"github.com/weftlm/weft/backend/cpu"
-	"github.com/weftlm/weft/backend/cuda"
+	"github.com/weftlm/weft"
 	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/placement"
 	"github.com/weftlm/weft/weights"
 )
 
@@ -38,7 +37,9 @@ type benchResult struct {
 // benchSpec is what one bench run measures.
 type benchSpec struct {
 	prompt, gen, repeats, threads, batch int
-	backend                              string    // "cpu" or "cuda" (device 0)
+	backend                              string // "cpu", "cuda" or "auto"
+	gpuLayers                            int
+	tensorSplit                          []float64
 	profile                              io.Writer // CPU profile of the timed runs, if set
 }
 
@@ -51,7 +52,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
-	fs.StringVar(&s.backend, "backend", "cpu", "compute backend: cpu or cuda")
+	fs.StringVar(&s.backend, "backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)")
+	fs.IntVar(&s.gpuLayers, "n-gpu-layers", -1, gpuLayersUsage)
+	tensorSplit := fs.String("tensor-split", "", tensorSplitUsage)
 	asJSON := fs.Bool("json", false, "print a JSON list instead of a table")
 	profile := fs.String("cpuprofile", "", "write a Go CPU profile of the timed runs to this file")
 	if _, err := parseFlags(fs, args); err != nil {
@@ -68,8 +71,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --threads %d: need at least one", errUsage, s.threads)
 	case s.batch < 1:
 		return fmt.Errorf("%w: -b %d: need at least one", errUsage, s.batch)
-	case s.backend != "cpu" && s.backend != "cuda":
-		return fmt.Errorf("%w: --backend %q: want cpu or cuda", errUsage, s.backend)
+	case s.backend != "cpu" && s.backend != "cuda" && s.backend != "auto":
+		return fmt.Errorf("%w: --backend %q: want cpu, cuda or auto", errUsage, s.backend)
+	}
+	var err error
+	if s.tensorSplit, err = placement.ParseSplit(*tensorSplit); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -79,7 +86,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer f.Close()
 		s.profile = f
 	}
-	results, err := bench(ctx, *model, s)
+	results, err := bench(ctx, *model, s, stderr)
 	if err != nil {
 		return err
 	}
@@ -108,7 +115,7 @@ func dashes(n int) string {
 // bench loads the model once and runs the pp and tg tests on random tokens
 // from a fixed seed, each test from an empty sequence and after an untimed
 // warm-up (a whole prefill; a few decode steps), as llama-bench does.
-func bench(ctx context.Context, path string, s benchSpec) ([]benchResult, error) {
+func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]benchResult, error) {
 	w, err := weights.Open(path, weights.Options{})
 	if err != nil {
 		return nil, err
@@ -122,14 +129,15 @@ func bench(ctx context.Context, path string, s benchSpec) ([]benchResult, error)
 	if positions > w.Config.ContextLength {
 		return nil, fmt.Errorf("%s: %d positions exceed the model's context of %d", path, positions, w.Config.ContextLength)
 	}
-	var be backend.Backend = cpu.New(s.threads)
-	if s.backend == "cuda" {
-		gpu, err := cuda.New(0)
-		if err != nil {
-			return nil, err
-		}
-		defer gpu.Close()
-		be = gpu
+	be, plan, _, err := weft.NewBackend(w, positions, weft.WithBackend(s.backend), weft.WithThreads(s.threads),
+		weft.WithGPULayers(s.gpuLayers), weft.WithTensorSplit(s.tensorSplit), weft.WithContext(positions),
+		weft.WithBatch(min(s.batch, max(s.prompt, 1))))
+	if err != nil {
+		return nil, err
+	}
+	defer be.Close()
+	if plan != nil {
+		fmt.Fprintf(stderr, "weft: %s\n", plan)
 	}
 	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: min(s.batch, max(s.prompt, 1))})
 	if err != nil {

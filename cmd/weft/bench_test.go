@@ -48,6 +48,9 @@ func TestBenchCommand(t *testing.T) {
 		{"bench", "-m", model, "--threads", "0"},
 		{"bench", "-m", model, "-p", "100000"},
 		{"bench", "-m", "/nonexistent.gguf"},
+		{"bench", "-m", model, "--backend", "tpu"},
+		{"bench", "-m", model, "--tensor-split", "1,x"},
+		{"bench", "-m", model, "--tensor-split", "1,1"}, // needs a GPU backend
 	} {
 		if _, stderr, code := runWeft(t, bad...); code == 0 || stderr == "" {
 			t.Errorf("%v: exit %d, stderr %q", bad, code, stderr)
