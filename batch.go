@@ -189,11 +189,14 @@ func (m *Model) batchWave(ctx context.Context, seqs []*engine.Sequence, prompts 
 	}
 	var stepSeqs []*engine.Sequence
 	var stepToks []int32
+	var stepStreams []*stream
+	var stepRows [][]float32
+	var buf stepBuffers
 	for len(live) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		stepSeqs, stepToks = stepSeqs[:0], stepToks[:0]
+		stepSeqs, stepToks, stepStreams, stepRows = stepSeqs[:0], stepToks[:0], stepStreams[:0], stepRows[:0]
 		next := live[:0]
 		for _, i := range live {
 			tok, err := streams[i].next(rows[i])
@@ -216,17 +219,14 @@ func (m *Model) batchWave(ctx context.Context, seqs []*engine.Sequence, prompts 
 			c.Tokens = append(c.Tokens, tok.ID)
 			next = append(next, i)
 			stepSeqs, stepToks = append(stepSeqs, seqs[i]), append(stepToks, tok.ID)
+			stepStreams, stepRows = append(stepStreams, streams[i]), append(stepRows, rows[i])
 		}
 		live = next
 		if len(live) == 0 {
 			break
 		}
-		stepOut := logits[:len(live)*v]
-		if err := m.eng.Step(stepSeqs, stepToks, stepOut); err != nil {
+		if err := m.decodeStep(stepSeqs, stepToks, stepStreams, stepRows, &buf); err != nil {
 			return err
-		}
-		for k, i := range live {
-			copy(rows[i], stepOut[k*v:(k+1)*v])
 		}
 	}
 	return nil

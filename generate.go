@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/sample"
@@ -288,6 +289,22 @@ type stream struct {
 	json   *constrain.JSON // the output so far, when constrained to JSON
 	masker *constrain.Masker
 	masked []float32 // logits with the disallowed tokens at -Inf
+
+	// drawn is the next token when the backend drew it (see deviceDraw),
+	// else -1 and next samples from the logits.
+	drawn int32
+}
+
+// deviceDraw reports whether the backend may draw this stream's next
+// token where the logits are, and how: a plain sampling chain (greedy or
+// temperature alone) with neither log-probabilities nor a JSON constraint,
+// which need the logits on the host.
+func (st *stream) deviceDraw() (backend.Sampling, bool) {
+	temp, seed, step, ok := st.sampler.Device()
+	if !ok || st.json != nil || st.g.Logprobs {
+		return backend.Sampling{}, false
+	}
+	return backend.Sampling{Temperature: temp, Seed: seed, Step: step}, true
 }
 
 // textDecoder turns ids into text whole characters at a time.
@@ -297,7 +314,7 @@ type textDecoder interface {
 }
 
 func (m *Model) newStream(ids []int32, g GenerateOptions) (*stream, error) {
-	st := &stream{m: m, g: g}
+	st := &stream{m: m, g: g, drawn: -1}
 	ctxLen := m.eng.Context()
 	if len(ids) == 0 {
 		return nil, errors.New("weft: empty prompt and the model adds no BOS token; give at least one token")
@@ -371,22 +388,29 @@ func (m *Model) jsonMasker() *constrain.Masker {
 
 func (st *stream) notice(s string) { st.notices = append(st.notices, s) }
 
-// next samples a token from logits and turns it into the next item.
+// next samples a token from logits — or takes the one the backend drew —
+// and turns it into the next item.
 func (st *stream) next(logits []float32) (Token, error) {
 	if st.g.MaxTokens > 0 && st.generated >= st.g.MaxTokens {
 		return st.finish("length"), nil
 	}
-	pick := logits
-	if st.json != nil {
-		copy(st.masked, logits)
-		if st.masker.Apply(st.json, st.masked) == 0 {
-			return st.finish("stop"), nil
+	var id int32
+	if st.drawn >= 0 {
+		id, st.drawn = st.drawn, -1
+		st.sampler.Advance()
+	} else {
+		pick := logits
+		if st.json != nil {
+			copy(st.masked, logits)
+			if st.masker.Apply(st.json, st.masked) == 0 {
+				return st.finish("stop"), nil
+			}
+			pick = st.masked
 		}
-		pick = st.masked
-	}
-	id, err := st.sampler.Sample(pick, st.context)
-	if err != nil {
-		return Token{}, err
+		var err error
+		if id, err = st.sampler.Sample(pick, st.context); err != nil {
+			return Token{}, err
+		}
 	}
 	tok := Token{ID: id, Sampled: true}
 	if st.g.Logprobs {
@@ -523,4 +547,51 @@ func (s *stopMatcher) flush() string {
 	out := s.pending
 	s.pending = ""
 	return out
+}
+
+// stepBuffers are a decode loop's reusable step inputs and outputs.
+type stepBuffers struct {
+	logits    []float32
+	samplings []backend.Sampling
+	ids       []int32
+}
+
+// decodeStep feeds toks to seqs in one replay and readies each stream's
+// next token: when every stream's draw can be made by the backend, the
+// backend draws them (no logits reach the host; st.drawn), else the
+// logits land in rows[i].
+func (m *Model) decodeStep(seqs []*engine.Sequence, toks []int32, streams []*stream, rows [][]float32, buf *stepBuffers) error {
+	buf.samplings = buf.samplings[:0]
+	for _, st := range streams {
+		s, ok := st.deviceDraw()
+		if !ok {
+			break
+		}
+		buf.samplings = append(buf.samplings, s)
+	}
+	if len(buf.samplings) == len(streams) {
+		if cap(buf.ids) < len(seqs) {
+			buf.ids = make([]int32, m.eng.MaxBatch())
+		}
+		ids := buf.ids[:len(seqs)]
+		if err := m.eng.StepSampled(seqs, toks, buf.samplings, ids); err != nil {
+			return err
+		}
+		for i, st := range streams {
+			st.drawn = ids[i]
+		}
+		return nil
+	}
+	v := m.eng.Vocab()
+	if cap(buf.logits) < len(seqs)*v {
+		buf.logits = make([]float32, m.eng.MaxBatch()*v)
+	}
+	out := buf.logits[:len(seqs)*v]
+	if err := m.eng.Step(seqs, toks, out); err != nil {
+		return err
+	}
+	for i := range streams {
+		copy(rows[i], out[i*v:(i+1)*v])
+	}
+	return nil
 }

@@ -3,11 +3,14 @@ package weft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/internal/testmodel"
 	"github.com/weftlm/weft/placement"
 	"github.com/weftlm/weft/weights"
 )
@@ -15,16 +18,32 @@ import (
 // fakeGPUs stands in for CUDA: each "device" is a CPU backend, so the
 // placement and the split it builds run end to end without a GPU.
 type fakeGPUs struct {
-	devs   []placement.Device
-	err    error
-	opened []int
+	devs     []placement.Device
+	err      error
+	opened   []int
+	drawing  bool // devices draw tokens themselves, as CUDA does
+	backends []*testmodel.Drawing
 }
 
 func (f *fakeGPUs) Devices() ([]placement.Device, error) { return f.devs, f.err }
 
 func (f *fakeGPUs) Open(i int) (backend.Backend, error) {
 	f.opened = append(f.opened, i)
+	if f.drawing {
+		d := &testmodel.Drawing{Backend: cpu.New(1)}
+		f.backends = append(f.backends, d)
+		return d, nil
+	}
 	return cpu.New(1), nil
+}
+
+// draws counts the tokens the fake devices drew.
+func (f *fakeGPUs) draws() int {
+	n := 0
+	for _, d := range f.backends {
+		n += d.Draws
+	}
+	return n
 }
 
 func withGPUs(t *testing.T, f *fakeGPUs) {
@@ -151,5 +170,86 @@ func TestLayerOf(t *testing.T) {
 		if got := layerOf(name); got != want {
 			t.Errorf("layerOf(%q) = %d, want %d", name, got, want)
 		}
+	}
+}
+
+// TestDeviceDraws: requests whose sampling a device can do (greedy or
+// temperature alone) are drawn there, and give the same tokens as on the
+// CPU for the same seed, alone or batched with requests that need the
+// logits on the host.
+func TestDeviceDraws(t *testing.T) {
+	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	plain := []GenerateOption{WithTemperature(0.9), WithTopK(0), WithTopP(1), WithMinP(0), WithSeed(11), WithMaxTokens(48)}
+	chain := []GenerateOption{WithTemperature(0.9), WithTopK(20), WithTopP(0.9), WithSeed(12), WithMaxTokens(48)}
+	cpuModel := loadStories(t, WithParallel(2))
+	_, wantPlain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", plain...))
+	_, wantChain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", chain...))
+
+	f := &fakeGPUs{devs: []placement.Device{{Index: 0, Name: "fake", FreeBytes: 80 << 30}}, drawing: true}
+	withGPUs(t, f)
+	m, err := Load(context.Background(), path, WithBackend("cuda"), WithParallel(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	same := func(what string, got, want []int32) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d tokens, want %d", what, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: token %d is %d, want %d", what, i, got[i], want[i])
+			}
+		}
+	}
+	_, got, _ := collect(t, m.Generate(context.Background(), "Once upon a time", plain...))
+	same("plain alone", got, wantPlain)
+	if f.draws() == 0 {
+		t.Error("a plain temperature request was not drawn on the device")
+	}
+	before := f.draws()
+	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", chain...))
+	same("top-k/top-p alone", got, wantChain)
+	_, _, _ = collect(t, m.Generate(context.Background(), "Once upon a time", append(plain, WithLogprobs(2))...))
+	if f.draws() != before {
+		t.Errorf("the device drew %d tokens for requests that need the logits", f.draws()-before)
+	}
+	// Together: steps carry both, so every draw happens on the host, and
+	// each request still gets its own tokens.
+	ids := func(opts []GenerateOption, dst *[]int32, errp *error) {
+		for tok, err := range m.Generate(context.Background(), "Once upon a time", opts...) {
+			if err != nil {
+				*errp = err
+				return
+			}
+			if !tok.Done {
+				*dst = append(*dst, tok.ID)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	var gotPlain, gotChain []int32
+	var errPlain, errChain error
+	wg.Add(2)
+	go func() { defer wg.Done(); ids(plain, &gotPlain, &errPlain) }()
+	go func() { defer wg.Done(); ids(chain, &gotChain, &errChain) }()
+	wg.Wait()
+	if errPlain != nil || errChain != nil {
+		t.Fatal(errPlain, errChain)
+	}
+	same("plain beside top-k", gotPlain, wantPlain)
+	same("top-k beside plain", gotChain, wantChain)
+	// BatchGenerate draws on the device too.
+	before = f.draws()
+	res, err := m.BatchGenerate(context.Background(), []string{"Once upon a time", "Once upon a time"}, plain...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range res {
+		same(fmt.Sprintf("batch %d", i), c.Tokens, wantPlain)
+	}
+	if f.draws() == before {
+		t.Error("BatchGenerate drew nothing on the device")
 	}
 }

@@ -89,10 +89,11 @@ func (s *scheduler) stop() {
 func (s *scheduler) loop() {
 	defer close(s.done)
 	var active []*request
-	v := s.m.eng.Vocab()
-	var stepOut []float32
+	var buf stepBuffers
 	var seqs []*engine.Sequence
 	var toks []int32
+	var streams []*stream
+	var rows [][]float32
 	for {
 		// Wait for work when idle; otherwise take whoever has arrived.
 		if len(active) == 0 {
@@ -118,31 +119,25 @@ func (s *scheduler) loop() {
 			}
 		}
 		// Sample each live request's next token.
-		seqs, toks = seqs[:0], toks[:0]
+		seqs, toks, streams, rows = seqs[:0], toks[:0], streams[:0], rows[:0]
 		live := active[:0]
 		for _, r := range active {
 			if tok, keep := s.advance(r); keep {
 				live = append(live, r)
 				seqs, toks = append(seqs, r.seq), append(toks, tok)
+				streams, rows = append(streams, r.st), append(rows, r.logits)
 			}
 		}
 		active = live
 		if len(active) == 0 {
 			continue
 		}
-		if cap(stepOut) < len(active)*v {
-			stepOut = make([]float32, s.m.eng.MaxBatch()*v)
-		}
-		out := stepOut[:len(active)*v]
-		if err := s.m.eng.Step(seqs, toks, out); err != nil {
+		if err := s.m.decodeStep(seqs, toks, streams, rows, &buf); err != nil {
 			for _, r := range active {
 				r.out.push(item{err: err}, true)
 			}
 			active = active[:0]
 			continue
-		}
-		for i, r := range active {
-			copy(r.logits, out[i*v:(i+1)*v])
 		}
 	}
 }

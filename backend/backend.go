@@ -236,3 +236,19 @@ type KeyReader interface {
 type RowWriter interface {
 	WriteRows(buf BufID, src []float32) error
 }
+
+// Sampling is how a device chooses one row's next token: the Gumbel-max
+// draw sample.SampleGumbel(logits, Temperature, Seed, Step) — the argmax
+// when Temperature is 0.
+type Sampling struct {
+	Temperature float32
+	Seed, Step  uint64
+}
+
+// Sampler is implemented by executables that can choose the selected
+// rows' next tokens where the logits are, so that a decode step hands the
+// host token ids instead of [rows, Vocab] logits: out[i] is the draw for
+// the row Selected[i] under s[i]. It never allocates.
+type Sampler interface {
+	RunSampled(b *Batch, s []Sampling, out []int32) error
+}

@@ -7,9 +7,11 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/sample"
 	"github.com/weftlm/weft/weights"
 )
 
@@ -284,15 +286,54 @@ func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
 // replay (continuous batching) and writes each sequence's next-token logits
 // to out ([len(seqs), Vocab]). The sequences must be distinct.
 func (m *Model) Step(seqs []*Sequence, tokens []int32, out []float32) error {
+	v := m.Config.VocabSize
+	if len(out) != len(seqs)*v {
+		return fmt.Errorf("engine: logits buffer of %d floats, want %d", len(out), len(seqs)*v)
+	}
+	return m.step(seqs, tokens, func(b *backend.Batch) error { return m.exec.Run(b, out) })
+}
+
+// StepSampled is Step that also chooses each sequence's next token, by
+// the draw s[i] describes (sample.SampleGumbel), into out[i]. On a backend
+// that can draw on the device (backend.Sampler) no logits reach the host;
+// elsewhere the draw is made here from the logits, with the same result.
+func (m *Model) StepSampled(seqs []*Sequence, tokens []int32, s []backend.Sampling, out []int32) error {
+	if len(s) != len(seqs) || len(out) != len(seqs) {
+		return fmt.Errorf("engine: %d sequences, %d samplings and %d outputs", len(seqs), len(s), len(out))
+	}
+	for i, x := range s {
+		if !(x.Temperature >= 0) || math.IsInf(float64(x.Temperature), 1) {
+			return fmt.Errorf("engine: sequence %d: temperature %v", i, x.Temperature)
+		}
+	}
+	if ds, ok := m.exec.(backend.Sampler); ok {
+		return m.step(seqs, tokens, func(b *backend.Batch) error { return ds.RunSampled(b, s, out) })
+	}
+	v := m.Config.VocabSize
+	return m.step(seqs, tokens, func(b *backend.Batch) error {
+		logits := m.logits[:len(seqs)*v]
+		if err := m.exec.Run(b, logits); err != nil {
+			return err
+		}
+		for i, x := range s {
+			id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
+			if err != nil {
+				return fmt.Errorf("engine: sequence %d: %w", i, err)
+			}
+			out[i] = id
+		}
+		return nil
+	})
+}
+
+// step checks a decode step, fills the batch and runs it with run, then
+// advances the sequences.
+func (m *Model) step(seqs []*Sequence, tokens []int32, run func(*backend.Batch) error) error {
 	if len(seqs) != len(tokens) || len(seqs) == 0 {
 		return fmt.Errorf("engine: %d sequences and %d tokens", len(seqs), len(tokens))
 	}
 	if len(seqs) > m.prog.MaxRows {
 		return fmt.Errorf("engine: %d sequences exceed the batch limit %d", len(seqs), m.prog.MaxRows)
-	}
-	v := m.Config.VocabSize
-	if len(out) != len(seqs)*v {
-		return fmt.Errorf("engine: logits buffer of %d floats, want %d", len(out), len(seqs)*v)
 	}
 	for i, s := range seqs {
 		if s.m != m || s.done {
@@ -320,7 +361,7 @@ func (m *Model) Step(seqs []*Sequence, tokens []int32, out []float32) error {
 		b.Slots = append(b.Slots, int32(s.slot))
 		b.Selected = append(b.Selected, int32(i))
 	}
-	if err := m.exec.Run(b, out); err != nil {
+	if err := run(b); err != nil {
 		return err
 	}
 	for _, s := range seqs {

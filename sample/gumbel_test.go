@@ -134,3 +134,58 @@ func TestGumbelMatchesCUDA(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceDraws: a plain chain reports Device parameters, draws exactly
+// as SampleGumbel with the draw count as step, and Advance skips a draw
+// made elsewhere; any bias, penalty or truncation makes it host-only.
+func TestDeviceDraws(t *testing.T) {
+	l := make([]float32, 300)
+	for i := range l {
+		l[i] = float32(i%17) / 4
+	}
+	for _, temp := range []float32{0, 0.7, 1.5} {
+		s, err := New(Params{Temperature: temp, Seed: 42}, len(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step := range uint64(20) {
+			gotT, seed, st, ok := s.Device()
+			if !ok || gotT != temp || seed != 42 || st != step {
+				t.Fatalf("T=%v step %d: Device() = %v %d %d %v", temp, step, gotT, seed, st, ok)
+			}
+			want, err := SampleGumbel(l, temp, 42, step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step%3 == 2 {
+				s.Advance() // drawn on a device
+				continue
+			}
+			if got, err := s.Sample(l, nil); err != nil || got != want {
+				t.Fatalf("T=%v step %d: Sample = %d, %v; SampleGumbel %d", temp, step, got, err, want)
+			}
+		}
+		s.Reset()
+		if _, _, st, _ := s.Device(); st != 0 {
+			t.Errorf("Reset left step %d", st)
+		}
+	}
+	for _, p := range []Params{
+		{Temperature: 1, TopK: 40}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, MinP: 0.05},
+		{Temperature: 1, RepeatPenalty: 1.1}, {Temperature: 0, PresencePenalty: 0.5}, {Temperature: 1, LogitBias: map[int32]float32{3: 1}},
+	} {
+		s, err := New(p, len(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, ok := s.Device(); ok {
+			t.Errorf("%+v: Device() ok for a chain the device cannot draw", p)
+		}
+	}
+	// TopK ≥ vocab and TopP 1 are off, so still plain.
+	if s, _ := New(Params{Temperature: 1, TopK: 1000, TopP: 1}, len(l)); s != nil {
+		if _, _, _, ok := s.Device(); !ok {
+			t.Error("TopK ≥ vocab with TopP 1 should be plain")
+		}
+	}
+}

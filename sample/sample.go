@@ -34,9 +34,11 @@
 // when those are off): the Gumbel-max trick. The GPU backend samples that
 // way, without a softmax or a sort; GumbelNoise is the counter-based noise
 // it uses, a pure function of (seed, step, token) that a kernel computes
-// bit for bit, and SampleGumbel is the reference for that kernel. Sample
-// itself draws by inverse CDF from a PCG stream, so for the same seed the
-// two give the same distribution but not the same tokens.
+// bit for bit, and SampleGumbel is the reference for that kernel. A plain
+// chain — greedy or temperature alone, no bias, penalty or truncation — is
+// drawn that way by Sample too, with the draw count as step (Device,
+// Advance), so its tokens are the same whether the host or a GPU draws
+// them. Any other chain draws by inverse CDF from a PCG stream.
 //
 // # Cost
 //
@@ -127,6 +129,10 @@ type Sampler struct {
 	rng      *rand.Rand
 	window   int // tokens of history the penalties look at; -1 is all
 	penalize bool
+	// plain: no bias, penalty or truncation, so a draw is greedy or
+	// SampleGumbel's, keyed by the seed and the draw count step.
+	plain bool
+	step  uint64
 
 	biasIDs []int32   // LogitBias as parallel slices sorted by id: no map
 	biasVal []float32 // iteration on the hot path, and a fixed order
@@ -187,7 +193,8 @@ func New(p Params, vocab int) (*Sampler, error) {
 	if s.penalize {
 		s.counts = make([]int32, vocab)
 	}
-	if p.Temperature > 0 {
+	s.plain = s.work == nil && p.TopK == 0 && p.TopP == 1 && p.MinP == 0
+	if p.Temperature > 0 && !s.plain {
 		s.cands = make([]cand, 0, vocab)
 		if p.TopP < 1 {
 			s.hist = new(massHist)
@@ -247,7 +254,24 @@ func (s *Sampler) Seed() uint64 { return s.seed }
 
 // Reset restarts the random stream from the seed, so that the same logits
 // and histories give the same tokens again.
-func (s *Sampler) Reset() { s.pcg.Seed(s.seed, pcgStream) }
+func (s *Sampler) Reset() {
+	s.pcg.Seed(s.seed, pcgStream)
+	s.step = 0
+}
+
+// Device reports whether the next draw may be made elsewhere — on a GPU,
+// from logits that never reach the host — and how: the token is
+// SampleGumbel(logits, temperature, seed, step). That holds when the chain
+// is greedy or a plain temperature draw, with no logit bias, penalty,
+// top-k, top-p or min-p. Sample draws such a chain the same way, so a
+// token does not depend on where it was drawn. After a draw made
+// elsewhere, call Advance.
+func (s *Sampler) Device() (temperature float32, seed, step uint64, ok bool) {
+	return s.p.Temperature, s.seed, s.step, s.plain
+}
+
+// Advance counts a draw made elsewhere with Device's parameters.
+func (s *Sampler) Advance() { s.step++ }
 
 // Sample returns the next token for logits ([vocab] float32, left
 // unchanged) given the tokens so far (prompt and generated, oldest first;
@@ -280,7 +304,13 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 		if id < 0 {
 			return 0, ErrNoCandidates
 		}
+		s.step++
 		return id, nil
+	}
+	if s.plain {
+		id, err := SampleGumbel(l, s.p.Temperature, s.seed, s.step)
+		s.step++
+		return id, err
 	}
 	c, total := s.truncate(l)
 	if len(c) == 0 {

@@ -126,7 +126,18 @@ func (s *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 		e.parts = append(e.parts, x)
 		e.firsts = append(e.firsts, lo)
 	}
+	if _, ok := e.parts[len(e.parts)-1].(backend.Sampler); ok {
+		return samplingExec{e}, nil
+	}
 	return e, nil
+}
+
+// samplingExec is a split whose last part draws tokens itself.
+type samplingExec struct{ *exec }
+
+// RunSampled runs the parts as Run does and lets the last one draw.
+func (e samplingExec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) error {
+	return e.run(b, func(last backend.Exec) error { return last.(backend.Sampler).RunSampled(b, s, out) })
 }
 
 // subProgram keeps the ops of layers [lo, hi) — plus the embedding for
@@ -186,6 +197,11 @@ func subProgram(p *backend.Program, lo, hi int, first, last bool) (*backend.Prog
 
 // Run replays the parts in order, carrying the residual stream across.
 func (e *exec) Run(b *backend.Batch, out []float32) error {
+	return e.run(b, func(last backend.Exec) error { return last.Run(b, out) })
+}
+
+// run replays every part but the last, then hands the last to finish.
+func (e *exec) run(b *backend.Batch, finish func(last backend.Exec) error) error {
 	if err := e.p.Validate(b); err != nil {
 		return err
 	}
@@ -202,7 +218,7 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 			}
 		}
 		if i == len(e.parts)-1 {
-			return part.Run(b, out)
+			return finish(part)
 		}
 		e.inner = backend.Batch{Tokens: b.Tokens, Pos: b.Pos, Slots: b.Slots, Selected: e.all[:rows], HiddenOnly: true}
 		if err := part.Run(&e.inner, x); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/weftlm/weft/backend/cpu"
 	"github.com/weftlm/weft/backend/split"
 	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/internal/testmodel"
 	"github.com/weftlm/weft/weights"
 )
 
@@ -93,5 +94,55 @@ func TestSplitErrors(t *testing.T) {
 	s, _ := split.New([]split.Part{{Backend: cpu.New(1)}, {Backend: cpu.New(1), FirstLayer: 5}})
 	if _, err := engine.Load(p, s, engine.Options{Context: 16}); err == nil {
 		t.Error("a part beyond the model's 2 layers accepted")
+	}
+}
+
+// TestSplitDrawsOnLastPart: when the last part draws tokens itself, so
+// does the split, with the tokens the host draws from the same logits; a
+// split whose last part cannot draw leaves the draw to the engine.
+func TestSplitDrawsOnLastPart(t *testing.T) {
+	p, err := weights.Open(filepath.Join("..", "..", "testdata", "models", "llama3-tiny"), weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	draw := func(be backend.Backend) []int32 {
+		m, err := engine.Load(p, be, engine.Options{Context: 32, Slots: 1, MaxBatch: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		seq, _ := m.NewSequence()
+		defer seq.Close()
+		tok := []int32{3}
+		var got []int32
+		for step := range 6 {
+			if err := m.StepSampled([]*engine.Sequence{seq}, tok, []backend.Sampling{{Temperature: 1, Seed: 5, Step: uint64(step)}}, tok); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, tok[0])
+		}
+		return got
+	}
+	want := draw(cpu.New(2))
+	last := &testmodel.Drawing{Backend: cpu.New(1)}
+	s, err := split.New([]split.Part{{Backend: cpu.New(1)}, {Backend: last, FirstLayer: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := draw(s)
+	if last.Draws != len(want) {
+		t.Errorf("the last part drew %d tokens, want %d", last.Draws, len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("step %d: split drew %d, host %d", i, got[i], want[i])
+		}
+	}
+	first := &testmodel.Drawing{Backend: cpu.New(1)}
+	s, _ = split.New([]split.Part{{Backend: first}, {Backend: cpu.New(1), FirstLayer: 1}})
+	draw(s)
+	if first.Draws != 0 {
+		t.Errorf("a first part drew %d tokens", first.Draws)
 	}
 }

@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/internal/testmodel"
+	"github.com/weftlm/weft/sample"
+	"github.com/weftlm/weft/weights"
+)
+
+// TestStepSampled: StepSampled's tokens are Step's logits drawn by
+// SampleGumbel, whether the host draws (the CPU backend) or the backend
+// does (a backend.Sampler).
+func TestStepSampled(t *testing.T) {
+	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}}
+	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, Seed: 7}, {Temperature: 1.5, Seed: 9}}
+	run := func(m *Model, sampled bool) [][]int32 {
+		seqs := make([]*Sequence, len(prompts))
+		for i := range seqs {
+			seqs[i], _ = m.NewSequence()
+			defer seqs[i].Close()
+		}
+		v := m.Vocab()
+		logits := make([]float32, len(prompts)*v)
+		if err := m.Prefill(seqs, prompts, logits); err != nil {
+			t.Fatal(err)
+		}
+		toks := make([]int32, len(prompts))
+		for i := range toks {
+			toks[i] = argmax(logits[i*v : (i+1)*v])
+		}
+		var got [][]int32
+		for step := range 8 {
+			s := append([]backend.Sampling(nil), samplings...)
+			for i := range s {
+				s[i].Step = uint64(step)
+			}
+			if sampled {
+				if err := m.StepSampled(seqs, toks, s, toks); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if err := m.Step(seqs, toks, logits); err != nil {
+					t.Fatal(err)
+				}
+				for i := range toks {
+					id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], s[i].Temperature, s[i].Seed, s[i].Step)
+					if err != nil {
+						t.Fatal(err)
+					}
+					toks[i] = id
+				}
+			}
+			got = append(got, append([]int32(nil), toks...))
+		}
+		return got
+	}
+	m := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 3, MaxBatch: 8})
+	want := run(m, false)
+	host := run(m, true)
+
+	p, err := weights.Open(filepath.Join("..", "testdata", "models", "llama3-tiny"), weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	drawing := &testmodel.Drawing{Backend: cpu.New(2)}
+	dm, err := Load(p, drawing, Options{Context: 64, Slots: 3, MaxBatch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dm.Close()
+	device := run(dm, true)
+	if drawing.Draws != 8*len(prompts) {
+		t.Errorf("the backend drew %d tokens, want %d", drawing.Draws, 8*len(prompts))
+	}
+	for step := range want {
+		for i := range want[step] {
+			if host[step][i] != want[step][i] || device[step][i] != want[step][i] {
+				t.Fatalf("step %d sequence %d: host draw %d, backend draw %d, want %d", step, i, host[step][i], device[step][i], want[step][i])
+			}
+		}
+	}
+	seq, _ := m.NewSequence()
+	defer seq.Close()
+	if err := m.StepSampled([]*Sequence{seq}, []int32{1}, []backend.Sampling{{Temperature: -1}}, make([]int32, 1)); err == nil {
+		t.Error("a negative temperature was accepted")
+	}
+	if err := m.StepSampled([]*Sequence{seq}, []int32{1}, nil, make([]int32, 1)); err == nil {
+		t.Error("a missing sampling was accepted")
+	}
+}

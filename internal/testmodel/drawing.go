@@ -1,0 +1,59 @@
+package testmodel
+
+import (
+	"errors"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/sample"
+)
+
+// Drawing wraps a backend so that its executables draw tokens themselves
+// (backend.Sampler), as the CUDA backend does on the device, by the host
+// reference sample.SampleGumbel. Draws counts the tokens they drew.
+type Drawing struct {
+	backend.Backend
+	Draws int
+}
+
+// Compile wraps the inner executable.
+func (d *Drawing) Compile(p *backend.Program) (backend.Exec, error) {
+	x, err := d.Backend.Compile(p)
+	if err != nil {
+		return nil, err
+	}
+	return &drawingExec{Exec: x, vocab: p.Vocab, logits: make([]float32, p.MaxRows*p.Vocab), d: d}, nil
+}
+
+type drawingExec struct {
+	backend.Exec
+	vocab  int
+	logits []float32
+	d      *Drawing
+}
+
+// RunSampled runs the batch and draws each selected row's token.
+func (e *drawingExec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) error {
+	v := e.vocab
+	if err := e.Run(b, e.logits[:len(b.Selected)*v]); err != nil {
+		return err
+	}
+	for i, x := range s {
+		id, err := sample.SampleGumbel(e.logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
+		if err != nil {
+			return err
+		}
+		out[i] = id
+		e.d.Draws++
+	}
+	return nil
+}
+
+// WriteRows passes the residual stream on to the inner executable, so the
+// wrapper can be a later part of a split.
+func (e *drawingExec) WriteRows(buf backend.BufID, src []float32) error {
+	w, ok := e.Exec.(backend.RowWriter)
+	if !ok {
+		return errors.New("testmodel: the wrapped executable cannot receive rows")
+	}
+	return w.WriteRows(buf, src)
+}
