@@ -54,7 +54,8 @@ type Backend struct {
 // kernelNames lists every kernel of kernels.cu the plan may launch.
 func kernelNames() []string {
 	names := []string{"rmsnorm", "rope", "store_kv", "attention", "attention_tiled_64", "attention_tiled_128", "add", "glu",
-		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0"}
+		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0",
+		"draw_partial", "draw_pick"}
 	for _, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)
 		if suffix != "f32" && suffix != "f16" {

@@ -43,6 +43,8 @@ type exec struct {
 	cfg    launchConfig
 	attr   launchAttr
 
+	draw *drawState // device draws (sample.go), set up on first use
+
 	alpha, beta float32  // cuBLAS scalars, read through pointers
 	sys         callArgs // arguments of the replay's driver calls
 	debugSync   bool

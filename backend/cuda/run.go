@@ -58,10 +58,29 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	d, c := e.be.drv, &e.sys
 	if e.be.closed {
 		return errBackendClosed
 	}
+	if err := e.replay(b); err != nil {
+		return err
+	}
+	d, c := e.be.drv, &e.sys
+	*c = callArgs{uintptr(unsafe.Pointer(&out[0])), uintptr(e.bufs[src]), uintptr(4 * len(out))}
+	r := c.call(d.memcpyDtoH, 3)
+	runtime.KeepAlive(out)
+	if r != 0 {
+		return fmt.Errorf("cuda: running the plan: %w", d.err(r))
+	}
+	return nil
+}
+
+// replay makes the context current, stages the batch into meta and issues
+// the launches that apply to it on the default stream (a small batch as
+// one graph replay). The caller has validated the batch and locked its
+// OS thread; the launches complete before the next synchronous copy.
+func (e *exec) replay(b *backend.Batch) error {
+	p := e.p
+	d, c := e.be.drv, &e.sys
 	c[0] = e.be.ctx
 	if r := c.call(d.ctxSetCurrent, 1); r != 0 {
 		return fmt.Errorf("cuda: cuCtxSetCurrent: %w", d.err(r))
@@ -114,12 +133,6 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 				return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
 			}
 		}
-	}
-	*c = callArgs{uintptr(unsafe.Pointer(&out[0])), uintptr(e.bufs[src]), uintptr(4 * len(out))}
-	r := c.call(d.memcpyDtoH, 3)
-	runtime.KeepAlive(out)
-	if r != 0 {
-		return fmt.Errorf("cuda: running the plan: %w", d.err(r))
 	}
 	return nil
 }
