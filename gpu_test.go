@@ -84,8 +84,10 @@ func TestPlacementOnFakeGPUs(t *testing.T) {
 	}{
 		{"one device, every layer", []placement.Device{{Index: 0, Name: "fake", FreeBytes: plenty}}, nil,
 			"layers 0-4 and output on cuda:0 fake", []int{0}, ""},
-		{"three devices by free memory", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty}, {Index: 1, Name: "b", FreeBytes: plenty}, {Index: 2, Name: "c", FreeBytes: plenty}}, nil,
-			"layers 0-1 on cuda:0 a", []int{0, 1, 2}, ""},
+		{"fits on the device with the most free memory", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty / 2}, {Index: 1, Name: "b", FreeBytes: plenty}}, nil,
+			"layers 0-4 and output on cuda:1 b", []int{1}, ""},
+		{"three devices, split evenly", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty}, {Index: 1, Name: "b", FreeBytes: plenty}, {Index: 2, Name: "c", FreeBytes: plenty}},
+			[]Option{WithTensorSplit([]float64{1, 1, 1})}, "layers 0-1 on cuda:0 a", []int{0, 1, 2}, ""},
 		{"explicit split leaves device 0 out", []placement.Device{{Index: 0, Name: "a", FreeBytes: plenty}, {Index: 1, Name: "b", FreeBytes: plenty}},
 			[]Option{WithTensorSplit([]float64{0, 1})}, "layers 0-4 and output on cuda:1 b", []int{1}, ""},
 		{"auto-fit leaves layers on the CPU", []placement.Device{{Index: 0, Name: "small", FreeBytes: twoLayers}}, []Option{WithContext(64)},

@@ -85,8 +85,9 @@ func WithGPULayers(n int) Option { return func(o *loadOptions) { o.gpuLayers = n
 
 // WithTensorSplit shares the GPU layers among the GPUs in these
 // proportions, one per device in device order (3,1 gives the first three
-// quarters; 0 leaves a device out). By default the shares follow each
-// device's free memory. Each device runs a contiguous range of layers;
+// quarters; 0 leaves a device out). By default a model that fits on the
+// device with the most free memory stays there, and otherwise the shares
+// follow each device's free memory. Each device runs a contiguous range of layers;
 // the last one also runs the output head.
 func WithTensorSplit(shares []float64) Option {
 	return func(o *loadOptions) { o.tensorSplit = append([]float64(nil), shares...) }

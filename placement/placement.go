@@ -50,8 +50,9 @@ type Request struct {
 	// for as many as fit.
 	GPULayers int
 	// Split gives each device's share of the GPU layers, one entry per
-	// device in Devices' order (zero leaves a device out). Empty shares
-	// them in proportion to free memory.
+	// device in Devices' order (zero leaves a device out). Empty puts them
+	// on the device with the most free memory when they fit there, else
+	// shares them in proportion to free memory.
 	Split []float64
 	// Context is the positions per slot wanted; when ContextFixed is false
 	// and not every layer fits, the planner may lower it (halving, down to
@@ -159,6 +160,26 @@ func Fit(m Model, devs []Device, r Request) (Plan, error) {
 	shares, err := shares(devs, r.Split)
 	if err != nil {
 		return Plan{}, err
+	}
+	// Unless told how to share, a model that fits on the device with the
+	// most free memory stays there: a split only adds a copy per boundary
+	// per step (ollama's choice too).
+	if len(r.Split) == 0 && len(devs) > 1 {
+		best := 0
+		for i, d := range devs {
+			if d.FreeBytes > devs[best].FreeBytes {
+				best = i
+			}
+		}
+		one := make([]float64, len(devs))
+		one[best] = 1
+		k := n
+		if r.GPULayers >= 0 {
+			k = min(r.GPULayers, n)
+		}
+		if p, err := place(m, devs, one, r, k, r.Context); err == nil && p.check(r.Margin) == nil {
+			return p, nil
+		}
 	}
 	if r.GPULayers < 0 && len(devs) == 0 {
 		return place(m, devs, shares, r, 0, r.Context)

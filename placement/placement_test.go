@@ -74,7 +74,8 @@ func TestFit(t *testing.T) {
 		// Two 6 GiB devices split by free memory: 4 layers each.
 		{"two devices by free memory", model(8, kib), two, Request{GPULayers: -1, Context: 1024, Slots: 1}, "A[####]B[####o]", 1024, false, ""},
 		{"explicit split 3,1", model(8, kib), uneven, Request{GPULayers: -1, Split: []float64{3, 1}, Context: 1024, Slots: 1}, "A[######]B[##o]", 1024, false, ""},
-		{"split by free 12:4", model(8, kib), uneven, Request{GPULayers: -1, Context: 1024, Slots: 1}, "A[######]B[##o]", 1024, false, ""},
+		{"fits on the larger of two", model(8, kib), uneven, Request{GPULayers: -1, Context: 1024, Slots: 1}, "A[########o]", 1024, false, ""},
+		{"split by free 12:4", model(12, kib), uneven, Request{GPULayers: -1, Context: 1024, Slots: 1}, "A[#########]B[###o]", 1024, false, ""},
 		{"zero share skips a device", model(4, kib), two, Request{GPULayers: -1, Split: []float64{0, 1}, Context: 1024, Slots: 1}, "B[####o]", 1024, false, ""},
 		{"tiny share rounds to nothing", model(4, kib), []Device{{Name: "a", FreeBytes: 80 * gib}, {Index: 1, Name: "b", FreeBytes: 80 * gib}}, Request{GPULayers: -1, Split: []float64{1, 0.01}, Context: 1024, Slots: 1}, "A[####o]", 1024, false, ""},
 		// Each layer's KV at 8192 positions and 4 slots is 32 GiB: the

@@ -93,7 +93,7 @@ func (g *genFlags) load(ctx context.Context, stderr io.Writer) (*weft.Model, err
 
 const (
 	gpuLayersUsage   = "with a GPU backend: put only the last N layers and the output on GPUs, failing when they do not fit (-1: as many as fit in free memory)"
-	tensorSplitUsage = "with several GPUs: each one's share of the GPU layers, comma-separated in device order, e.g. 3,1 (default: by free memory)"
+	tensorSplitUsage = "with several GPUs: each one's share of the GPU layers, comma-separated in device order, e.g. 3,1 (default: one GPU when the model fits, else by free memory)"
 )
 
 // progressBar draws one line on a terminal, rewritten in place.
