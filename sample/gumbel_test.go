@@ -182,7 +182,12 @@ func TestDeviceDraws(t *testing.T) {
 			t.Errorf("%+v: Device() ok for a chain the device cannot draw", p)
 		}
 	}
-	// TopK ≥ vocab and TopP 1 are off, so still plain.
+	// Greedy ignores truncation; TopK ≥ vocab and TopP 1 are off.
+	if s, _ := New(Params{Temperature: 0, TopK: 40, TopP: 0.9, MinP: 0.05}, len(l)); s != nil {
+		if _, _, _, ok := s.Device(); !ok {
+			t.Error("greedy with truncation should be plain")
+		}
+	}
 	if s, _ := New(Params{Temperature: 1, TopK: 1000, TopP: 1}, len(l)); s != nil {
 		if _, _, _, ok := s.Device(); !ok {
 			t.Error("TopK ≥ vocab with TopP 1 should be plain")

@@ -129,8 +129,9 @@ type Sampler struct {
 	rng      *rand.Rand
 	window   int // tokens of history the penalties look at; -1 is all
 	penalize bool
-	// plain: no bias, penalty or truncation, so a draw is greedy or
-	// SampleGumbel's, keyed by the seed and the draw count step.
+	// plain: greedy, or a temperature with no truncation; no bias or
+	// penalty either. A draw is then SampleGumbel's, keyed by the seed and
+	// the draw count step.
 	plain bool
 	step  uint64
 
@@ -193,7 +194,8 @@ func New(p Params, vocab int) (*Sampler, error) {
 	if s.penalize {
 		s.counts = make([]int32, vocab)
 	}
-	s.plain = s.work == nil && p.TopK == 0 && p.TopP == 1 && p.MinP == 0
+	// Greedy ignores truncation: none of it can drop the argmax.
+	s.plain = s.work == nil && (p.Temperature == 0 || p.TopK == 0 && p.TopP == 1 && p.MinP == 0)
 	if p.Temperature > 0 && !s.plain {
 		s.cands = make([]cand, 0, vocab)
 		if p.TopP < 1 {
@@ -262,8 +264,8 @@ func (s *Sampler) Reset() {
 // Device reports whether the next draw may be made elsewhere — on a GPU,
 // from logits that never reach the host — and how: the token is
 // SampleGumbel(logits, temperature, seed, step). That holds when the chain
-// is greedy or a plain temperature draw, with no logit bias, penalty,
-// top-k, top-p or min-p. Sample draws such a chain the same way, so a
+// is greedy (whatever its truncation) or a plain temperature draw (no
+// top-k, top-p or min-p), with no logit bias or penalty. Sample draws such a chain the same way, so a
 // token does not depend on where it was drawn. After a draw made
 // elsewhere, call Advance.
 func (s *Sampler) Device() (temperature float32, seed, step uint64, ok bool) {
