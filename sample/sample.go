@@ -263,11 +263,11 @@ func (s *Sampler) Reset() {
 
 // Device reports whether the next draw may be made elsewhere — on a GPU,
 // from logits that never reach the host — and how: the token is
-// SampleGumbel(logits, temperature, seed, step). That holds when the chain
-// is greedy (whatever its truncation) or a plain temperature draw (no
-// top-k, top-p or min-p), with no logit bias or penalty. Sample draws such a chain the same way, so a
-// token does not depend on where it was drawn. After a draw made
-// elsewhere, call Advance.
+// SampleGumbel(logits, temperature, seed, step). That holds when the
+// chain is greedy (whatever its truncation) or a plain temperature draw
+// (no top-k, top-p or min-p), with no logit bias or penalty. Sample draws
+// such a chain the same way, so a token does not depend on where it was
+// drawn. After a draw made elsewhere, call Advance.
 func (s *Sampler) Device() (temperature float32, seed, step uint64, ok bool) {
 	return s.p.Temperature, s.seed, s.step, s.plain
 }
