@@ -46,7 +46,7 @@ func (f *fakeGPUs) draws() int {
 	return n
 }
 
-func withGPUs(t *testing.T, f *fakeGPUs) {
+func withGPUs(t *testing.T, f gpuSystem) {
 	old := gpus
 	gpus = f
 	t.Cleanup(func() { gpus = old })
@@ -255,3 +255,120 @@ func TestDeviceDraws(t *testing.T) {
 		t.Error("BatchGenerate drew nothing on the device")
 	}
 }
+
+// recording wraps a backend and records every replay's rows per slot.
+type recording struct {
+	backend.Backend
+	mu      sync.Mutex
+	replays []map[int32]int
+}
+
+type recordingExec struct {
+	backend.Exec
+	r *recording
+}
+
+func (r *recording) Compile(p *backend.Program) (backend.Exec, error) {
+	x, err := r.Backend.Compile(p)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingExec{Exec: x, r: r}, nil
+}
+
+func (e *recordingExec) Run(b *backend.Batch, out []float32) error {
+	rows := map[int32]int{}
+	for _, s := range b.Slots {
+		rows[s]++
+	}
+	e.r.mu.Lock()
+	e.r.replays = append(e.r.replays, rows)
+	e.r.mu.Unlock()
+	return e.Exec.Run(b, out)
+}
+
+// TestChunkedPrefill: a long prompt arriving while another request
+// decodes is read a chunk per replay beside the decode row, never in
+// replays of its own that would stall the running stream, and both
+// requests get what they get alone.
+func TestChunkedPrefill(t *testing.T) {
+	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	rec := &recording{Backend: cpu.New(1)}
+	withGPUs(t, &recordingGPUs{fakeGPUs{devs: []placement.Device{{Name: "rec", FreeBytes: 80 << 30}}}, rec})
+	m, err := Load(context.Background(), path, WithBackend("cuda"), WithParallel(2), WithBatch(8), WithContext(512))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	long := strings.Repeat("Once upon a time there was a little girl named Lily. ", 30)
+	if n := len(m.Tokenizer().Encode(long, true, false)); n < 200 {
+		t.Fatalf("long prompt of %d tokens", n)
+	}
+	optsA := []GenerateOption{WithTemperature(0), WithMaxTokens(300)}
+	optsB := []GenerateOption{WithTemperature(0), WithMaxTokens(20)}
+	aloneA, _, _ := collect(t, m.Generate(ctx, "Tom was sad", optsA...))
+	aloneB, _, _ := collect(t, m.Generate(ctx, long, optsB...))
+
+	rec.mu.Lock()
+	rec.replays = nil
+	rec.mu.Unlock()
+	var a, b strings.Builder
+	var bErr error
+	var wg sync.WaitGroup
+	n := 0
+	for tok, err := range m.Generate(ctx, "Tom was sad", optsA...) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.WriteString(tok.Text)
+		if n++; n == 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for tok, err := range m.Generate(ctx, long, optsB...) {
+					if err != nil {
+						bErr = err
+						return
+					}
+					b.WriteString(tok.Text)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if bErr != nil {
+		t.Fatal(bErr)
+	}
+	if a.String() != aloneA || b.String() != aloneB {
+		t.Errorf("concurrent outputs differ from alone:\nA %q\n  %q\nB %q\n  %q", a.String(), aloneA, b.String(), aloneB)
+	}
+	// Replays that read several prompt tokens of one slot must carry the
+	// other slot's decode row whenever that request was still running.
+	mixed, alonePrompt := 0, 0
+	rec.mu.Lock()
+	for _, r := range rec.replays {
+		prompt := false
+		for _, k := range r {
+			prompt = prompt || k > 1
+		}
+		switch {
+		case prompt && len(r) == 2:
+			mixed++
+		case prompt:
+			alonePrompt++
+		}
+	}
+	rec.mu.Unlock()
+	if mixed < 20 {
+		t.Errorf("%d replays mixed B's prompt with A's decode row (%d read the prompt alone); want the prompt read beside A", mixed, alonePrompt)
+	}
+}
+
+// recordingGPUs opens the one recording backend.
+type recordingGPUs struct {
+	fakeGPUs
+	rec *recording
+}
+
+func (g *recordingGPUs) Open(int) (backend.Backend, error) { return g.rec, nil }

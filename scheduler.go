@@ -9,10 +9,12 @@ import (
 )
 
 // The scheduler batches decoding across requests (continuous batching): one
-// goroutine owns the engine's decode steps. A request is prefilled when it
-// arrives, between steps; then every step samples one token for each live
-// request and feeds them all to the model in one replay. Requests join and
-// leave between steps; a cancelled one leaves at the next step.
+// goroutine owns the engine's replays. Every step samples one token for
+// each decoding request and feeds them all to the model in one replay;
+// prompts that have arrived fill the rest of the replay's rows, a chunk at
+// a time (chunked prefill), so a long prompt slows the running streams'
+// steps but never stops them. Requests join and leave between steps; a
+// cancelled one leaves at the next step.
 
 // request is one generation handed to the scheduler.
 type request struct {
@@ -20,6 +22,7 @@ type request struct {
 	seq    *engine.Sequence
 	st     *stream
 	logits []float32 // the next-token logits of this sequence
+	fed    int       // prompt tokens fed so far
 	start  time.Time
 	first  time.Time
 	out    *queue
@@ -88,18 +91,26 @@ func (s *scheduler) stop() {
 
 func (s *scheduler) loop() {
 	defer close(s.done)
-	var active []*request
+	var active, filling []*request
 	var buf stepBuffers
 	var seqs []*engine.Sequence
 	var toks []int32
 	var streams []*stream
 	var rows [][]float32
+	var prompts [][]int32
+	var fed []int // tokens of each filling request's prompt in this replay
+	one := make([]int32, s.m.eng.MaxBatch()) // decode rows' tokens as one-token prompts
+	end := func(err error) {
+		for _, r := range append(active, filling...) {
+			r.out.push(item{err: err}, true)
+		}
+	}
 	for {
 		// Wait for work when idle; otherwise take whoever has arrived.
-		if len(active) == 0 {
+		if len(active) == 0 && len(filling) == 0 {
 			select {
 			case r := <-s.submit:
-				active = s.admit(active, r)
+				filling = append(filling, r)
 			case <-s.quit:
 				return
 			}
@@ -108,11 +119,9 @@ func (s *scheduler) loop() {
 		for {
 			select {
 			case r := <-s.submit:
-				active = s.admit(active, r)
+				filling = append(filling, r)
 			case <-s.quit:
-				for _, r := range active {
-					r.out.push(item{err: ErrClosed}, true)
-				}
+				end(ErrClosed)
 				return
 			default:
 				break arrivals
@@ -129,27 +138,91 @@ func (s *scheduler) loop() {
 			}
 		}
 		active = live
-		if len(active) == 0 {
-			continue
-		}
-		if err := s.m.decodeStep(seqs, toks, streams, rows, &buf); err != nil {
-			for _, r := range active {
+		// Prompts still being read fill the rest of the replay, a chunk at
+		// a time, so a long prompt never stalls the streams already
+		// decoding (chunked prefill).
+		fed = fed[:0]
+		budget := s.m.eng.MaxBatch() - len(seqs)
+		keep := filling[:0]
+		for _, r := range filling {
+			if err := r.ctx.Err(); err != nil {
 				r.out.push(item{err: err}, true)
+				continue
 			}
-			active = active[:0]
+			keep = append(keep, r)
+			n := min(budget, len(r.st.ids)-r.fed)
+			budget -= n
+			fed = append(fed, n)
+		}
+		filling = keep
+		if len(seqs) == 0 && (len(fed) == 0 || fed[0] == 0) {
 			continue
 		}
+		var err error
+		if len(fed) == 0 || fed[0] == 0 {
+			err = s.m.decodeStep(seqs, toks, streams, rows, &buf)
+		} else {
+			prompts = prompts[:0]
+			for i := range seqs {
+				one[i] = toks[i]
+				prompts = append(prompts, one[i:i+1])
+			}
+			for i, n := range fed {
+				if n > 0 {
+					r := filling[i]
+					seqs = append(seqs, r.seq)
+					prompts = append(prompts, r.st.ids[r.fed:r.fed+n])
+				}
+			}
+			err = s.fill(seqs, prompts, rows, filling, fed, &buf)
+		}
+		if err != nil {
+			end(err)
+			active, filling = active[:0], filling[:0]
+			continue
+		}
+		// Requests whose prompt is now read start decoding.
+		keep = filling[:0]
+		for _, r := range filling {
+			if r.fed < len(r.st.ids) {
+				keep = append(keep, r)
+				continue
+			}
+			s.m.recordPrefill(len(r.st.ids), time.Since(r.start))
+			active = append(active, r)
+		}
+		filling = keep
 	}
 }
 
-// admit prefills a new request and adds it to the live set, or ends it.
-func (s *scheduler) admit(active []*request, r *request) []*request {
-	if err := s.m.prefill(r.ctx, r.seq, r.st.ids, r.logits); err != nil {
-		r.out.push(item{err: err}, true)
-		return active
+// fill runs one replay of decode rows (the first len(rows) of seqs, one
+// token each, whose logits go to rows) and prompt chunks (fed[i] tokens of
+// filling[i]), and hands each request whose prompt ends here its logits.
+func (s *scheduler) fill(seqs []*engine.Sequence, prompts [][]int32, rows [][]float32, filling []*request, fed []int, buf *stepBuffers) error {
+	v := s.m.eng.Vocab()
+	if cap(buf.logits) < len(seqs)*v {
+		buf.logits = make([]float32, s.m.eng.MaxBatch()*v)
 	}
-	s.m.recordPrefill(len(r.st.ids), time.Since(r.start))
-	return append(active, r)
+	out := buf.logits[:len(seqs)*v]
+	if err := s.m.eng.Prefill(seqs, prompts, out); err != nil {
+		return err
+	}
+	row := 0
+	for ; row < len(rows); row++ {
+		copy(rows[row], out[row*v:(row+1)*v])
+	}
+	for i, n := range fed {
+		if n == 0 {
+			continue
+		}
+		r := filling[i]
+		r.fed += n
+		if r.fed == len(r.st.ids) {
+			copy(r.logits, out[row*v:(row+1)*v])
+		}
+		row++
+	}
+	return nil
 }
 
 // advance samples r's next token and queues it. It returns the token to
