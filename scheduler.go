@@ -98,7 +98,7 @@ func (s *scheduler) loop() {
 	var streams []*stream
 	var rows [][]float32
 	var prompts [][]int32
-	var fed []int // tokens of each filling request's prompt in this replay
+	var fed []int                            // tokens of each filling request's prompt in this replay
 	one := make([]int32, s.m.eng.MaxBatch()) // decode rows' tokens as one-token prompts
 	end := func(err error) {
 		for _, r := range append(active, filling...) {
