@@ -53,10 +53,17 @@ func NewBackend(w *weights.Provider, ctx int, opts ...Option) (backend.Backend, 
 	for _, f := range opts {
 		f(&o)
 	}
-	return chooseBackend(o, w, ctx)
+	return chooseBackend(&o, w, ctx)
 }
 
-func chooseBackend(o loadOptions, w *weights.Provider, ctx int) (backend.Backend, *placement.Plan, int, error) {
+// gpuBatch is the default replay width with GPUs: prompts are read 512
+// tokens a replay (llama.cpp's default micro-batch), where a GPU's matrix
+// units pay off; the CPU gains nothing past 64.
+const gpuBatch = 512
+
+// chooseBackend builds the backend and settles the options that depend on
+// it (the batch width).
+func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backend, *placement.Plan, int, error) {
 	switch o.backend {
 	case "", "cpu":
 		if len(o.tensorSplit) > 0 {
@@ -81,6 +88,9 @@ func chooseBackend(o loadOptions, w *weights.Provider, ctx int) (backend.Backend
 		return nil, nil, 0, fmt.Errorf("weft: %w", err)
 	}
 	slots := max(o.parallel, 1)
+	if o.batch <= 0 {
+		o.batch = gpuBatch
+	}
 	plan, err := placement.Fit(footprint(w, slots, o.batch), devs, placement.Request{
 		GPULayers: o.gpuLayers, Split: o.tensorSplit, Context: ctx, ContextFixed: o.context > 0,
 		Slots: slots, Margin: placement.DefaultMargin,

@@ -66,7 +66,7 @@ func TestPlacementOnFakeGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := footprint(w, 1, 0)
+	fp := footprint(w, 1, gpuBatch)
 	w.Close()
 	nLayers := len(fp.LayerBytes)
 	// Room for the output head, the buffers and two layers, beside the

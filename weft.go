@@ -105,7 +105,8 @@ func WithProgress(f func(Progress)) Option { return func(o *loadOptions) { o.pro
 func WithParallel(n int) Option { return func(o *loadOptions) { o.parallel = n } }
 
 // WithBatch sets the most tokens one forward replay carries: the prefill
-// chunk and the widest batched decode (default 64).
+// chunk and the widest batched decode (default 64 on the CPU, 512 with
+// GPUs; never fewer than the parallel requests).
 func WithBatch(n int) Option { return func(o *loadOptions) { o.batch = n } }
 
 // WithMemoryLimit makes Load fail, before allocating, when the weights,
@@ -165,7 +166,7 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 	if ctxLen <= 0 {
 		ctxLen = min(w.Config.ContextLength, engine.DefaultContext)
 	}
-	be, plan, ctxLen, err := chooseBackend(o, w, ctxLen)
+	be, plan, ctxLen, err := chooseBackend(&o, w, ctxLen)
 	if err != nil {
 		w.Close()
 		return nil, err

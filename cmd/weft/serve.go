@@ -70,9 +70,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --log must be text or json", errUsage)
 	}
 
-	// The scheduler decodes every running request in one replay, so a
-	// replay must be as wide as the parallelism.
-	opts := []weft.Option{weft.WithContext(*ctxLen), weft.WithThreads(*threads), weft.WithParallel(*parallel), weft.WithBatch(max(64, *parallel)),
+	// A replay is never narrower than the parallelism: the scheduler
+	// decodes every running request in one.
+	opts := []weft.Option{weft.WithContext(*ctxLen), weft.WithThreads(*threads), weft.WithParallel(*parallel),
 		weft.WithBackend(*backendName), weft.WithGPULayers(*gpuLayers), weft.WithTensorSplit(shares)}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts = append(opts, weft.WithProgress(progressBar(stderr)))
