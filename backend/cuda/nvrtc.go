@@ -16,7 +16,7 @@ import (
 
 // kernelSource is the CUDA C of every kernel, compiled once per device
 // architecture, driver and NVRTC version, then cached.
-var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU
+var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU + "\n" + matvecKCU
 
 var (
 	//go:embed kernels.cu

@@ -24,6 +24,7 @@ import (
 // their kernels.
 var weightTypes = map[string]string{
 	"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0",
+	"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k",
 }
 
 // argKind says how a launch argument is resolved.
@@ -45,10 +46,12 @@ const (
 
 // Scratch areas shared by every op (they run one after another).
 const (
-	scratchQ8   = iota // int8 activation rows [MaxRows, K]
-	scratchQ8DS        // their block scales, float2 [MaxRows, K/32]
-	scratchX16         // f16 activation rows [MaxRows, K] for cuBLAS
-	scratchW16         // a weight dequantized to f16 [N, K] for cuBLAS
+	scratchQ8     = iota // int8 activation rows [MaxRows, K]
+	scratchQ8DS          // their block scales, float2 [MaxRows, K/32]
+	scratchX16           // f16 activation rows [MaxRows, K] for cuBLAS
+	scratchW16           // a weight dequantized to f16 [N, K] for cuBLAS
+	scratchQ8K           // int8 activation rows for K-quant weights [MaxRows, K]
+	scratchQ8KRec        // their per-256 records [MaxRows, K/256] (kquant.go)
 	numScratch
 )
 
@@ -134,15 +137,19 @@ type call struct {
 }
 
 // matInfo describes a program weight as the device stores it: rows of
-// rowBytes in its stored type (for Q8_0 and Q4_0 the quants of a row,
-// with the scales from byte dOff on), or a float32 vector (one row).
+// rowBytes in its stored type (for Q8_0, Q4_0 and the K-quants the quants
+// of a row, with the scales from byte dOff on), or a float32 vector (one
+// row). A weight of a type without kernels of its own is converted to F16
+// or F32 on upload (convert.go): typ is then the device type and src the
+// stored one.
 type matInfo struct {
 	name       string
 	rows, cols int
-	ggufRow    int // bytes of a row as stored in the file
+	ggufRow    int // bytes of a row as stored in the file (converted weights: on the device)
 	rowBytes   int
 	dOff       int64
 	typ        string // weights' spelling: "F32", "Q4_0", ...
+	src        string // the stored type of a converted weight, else ""
 	vector     bool   // an engine-prepared float32 vector (Weight.F32)
 }
 
@@ -158,7 +165,7 @@ func describe(w *backend.Weight) (matInfo, error) {
 		return matInfo{}, fmt.Errorf("weight %q has neither a tensor nor float32 values", w.Name)
 	}
 	if _, ok := weightTypes[t.Type]; !ok || !t.HasGGML || t.MLX != nil {
-		return matInfo{}, fmt.Errorf("tensor %q: type %s is not supported by the CUDA backend", w.Name, t.Type)
+		return describeConverted(w)
 	}
 	m := matInfo{name: w.Name, rows: int(t.Rows()), cols: int(t.Cols()), typ: t.Type}
 	for _, d := range t.Shape[:max(0, len(t.Shape)-2)] {
@@ -177,6 +184,10 @@ func describe(w *backend.Weight) (matInfo, error) {
 		m.rowBytes = m.cols
 	case "Q4_0":
 		m.rowBytes = m.cols / 2
+	default:
+		if k := kLayouts[t.Type]; k != nil {
+			m.rowBytes = m.cols / 256 * k.quants
+		}
 	}
 	m.dOff = int64(m.rows) * int64(m.rowBytes)
 	return m, nil
@@ -217,6 +228,7 @@ type planned struct {
 // it once.
 type planState struct {
 	q8, x16 *scratchHolds
+	q8k     *scratchHolds // the activation scratchQ8K holds (kquant.go)
 	// fuse, when set, is the condition under which the next op's output
 	// feeds a product by a Q8_0 or Q4_0 weight; an op that can quantize
 	// its own output for it sets fused.
@@ -242,6 +254,9 @@ func (s *planState) written(buf backend.BufID) {
 	}
 	if s.x16 != nil && s.x16.buf == buf {
 		s.x16 = nil
+	}
+	if s.q8k != nil && s.q8k.buf == buf {
+		s.q8k = nil
 	}
 }
 

@@ -63,6 +63,9 @@ func gemmUsable(m *matInfo, opt planOptions) bool {
 // f16 conversions of input and weight, the product and the bias. resid >=
 // 0 names a residual the matrix-vector kernel adds its result to.
 func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, m *matInfo, which int, opt planOptions, resid backend.BufID) []call {
+	if kLayouts[m.typ] != nil {
+		return planMatMulK(p, pl, st, op, m, which, opt, resid)
+	}
 	t := weightTypes[m.typ]
 	meta := metaField(-1, p.MaxRows)
 	k, n := m.cols, m.rows
