@@ -117,8 +117,9 @@ extern "C" __global__ void to_f16_q8k(u16* out, const float* a, const int* meta,
 // kscale_min decodes the 6-bit scale and min of sub-block j (0..7) of a
 // Q4_K or Q5_K header h (d, dmin, then 12 bytes of scales in y, z, w).
 __device__ __forceinline__ void kscale_min(uint4 h, int j, int* sc, int* m) {
-    u32 w[3] = {h.y, h.z, h.w};
-#define KB(i) ((int)((w[(i) >> 2] >> (8 * ((i) & 3))) & 255))
+    // Byte i of the scales, selected without indexing an array (which
+    // would put it in local memory).
+#define KB(i) ((int)((((i) < 4 ? h.y : (i) < 8 ? h.z : h.w) >> (8 * ((i) & 3))) & 255))
     if (j < 4) {
         *sc = KB(j) & 63;
         *m = KB(j + 4) & 63;
