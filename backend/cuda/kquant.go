@@ -42,7 +42,7 @@ var kLayouts = map[string]*kLayout{
 
 // kquantKernels are the kernels of matvec_k.cu besides the per-type
 // embed_, matvec_ and deq_f16_ ones that weightTypes names.
-var kquantKernels = []string{"quantize_q8k", "to_f16_q8k"}
+var kquantKernels = []string{"quantize_q8k", "to_f16_q8k", "rmsnorm_q8k", "glu_q8k"}
 
 // q8kRecBytes is the size of a Q8_K activation record of matvec_k.cu:
 // d float32 and the sums of its 16 groups of 16 levels as int16.
@@ -159,4 +159,17 @@ func planMatMulK(p *backend.Program, pl *planned, st *planState, op *backend.Op,
 			args: []arg{buf(op.Out), weight(op.Bias), meta, i32(which), i32(n)}})
 	}
 	return calls
+}
+
+// withQ8K is a norm or GLU launch c turned into its variant kernel that
+// also writes Q8_K records of its output (rows of cols) for the K-quant
+// product after it, under the condition when. glu_q8k takes a block per
+// super-block.
+func withQ8K(c call, kernel string, when cond, cols int) call {
+	c.kernel, c.cond = kernel, when
+	c.args = append(append([]arg(nil), c.args...), scratch(scratchQ8K), scratch(scratchQ8KRec))
+	if kernel == "glu_q8k" {
+		c.gridX, c.block = uint32(cols/256), 256
+	}
+	return c
 }

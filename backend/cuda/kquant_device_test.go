@@ -15,7 +15,7 @@ import (
 // only float32 rounding in the sums remains.
 func TestKQuantMatVec(t *testing.T) {
 	gpu := newGPU(t)
-	const k, n, maxRows, vocab = 768, 37, 8, 29
+	const k, n, maxRows, vocab = 768, 37, 8, 37
 	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K"} {
 		t.Run(typ, func(t *testing.T) {
 			b := newProg(t, 5, maxRows, 1, 64, vocab)
@@ -123,6 +123,26 @@ func kquantCases() []opCase {
 		n, k int
 	}{{"Q4_K", 4300, 256}, {"Q6_K", 1100, 2048}, {"Q5_K", 600, 1024}, {"Q6_K", 200, 512}} {
 		cases = append(cases, matmul(fmt.Sprintf("matmul/%s/%dx%d", wc.typ, wc.n, wc.k), 8, wc.k, wc.n, 1e-5, ggmlMat(wc.typ), false))
+	}
+	// A norm and a GLU quantize their outputs as Q8_K for the product
+	// after them; attention leaves it to the product. As for fused-q8,
+	// the chain moves some activations across a level.
+	for _, maxRows := range []int{5, 8} {
+		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8k/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: 3e-3,
+			build: func(b *progBuilder, out backend.BufID) {
+				x, xn, g, u, q, k, v, att := b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(256), b.buf(128), b.buf(128), b.buf(256)
+				for _, f := range []backend.BufID{x, u, k, v} {
+					b.fill(f, 1)
+				}
+				b.cache(128, 40)
+				b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: g, W: b.mat("Q6_K", 256, 512, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
+				b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: att, A: q, NHeads: 8, NKV: 4, HeadDim: 32, Scale: 0.2})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: att, W: b.mat("Q5_K", 64, 256, 0.5), Bias: backend.NoWeight})
+			}})
 	}
 	for _, typ := range []string{"Q5_0", "Q4_1", "Q2_K", "Q3_K", "IQ4_XS"} {
 		cases = append(cases,

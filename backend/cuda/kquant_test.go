@@ -118,12 +118,13 @@ func kLevels(typ string, c int, q []byte) (lo, hi [16]int32, elo, ehi int) {
 	return lo, hi, elo, ehi
 }
 
-// kDot mirrors mvk_pass for one weight row and one activation row: the
-// chunks' integer dot products scaled per sub-block.
+// kDot mirrors mvk_pass for one weight row and one activation row: per
+// super-block the chunks' integer sums, scaled once.
 func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums [][16]int32) float64 {
 	var acc float64
 	for sb := range cols / 256 {
 		qb, h, d6 := kParts(typ, dev, rows, cols, r, sb)
+		var isum, msum int32
 		for c := range 8 {
 			lo, hi, elo, ehi := kLevels(typ, c, qb)
 			var dl, dh int32
@@ -132,16 +133,20 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 				dh += hi[b] * int32(q[256*sb+ehi+b])
 			}
 			slo, shi := sums[sb][elo/16], sums[sb][ehi/16]
-			da := d[sb]
 			if typ == "Q6_K" {
-				sclo, schi := int32(int8(h[elo/16])), int32(int8(h[ehi/16]))
-				acc += float64(float32(sclo*(dl-32*slo)+schi*(dh-32*shi)) * (d6 * da))
+				isum += int32(int8(h[elo/16]))*(dl-32*slo) + int32(int8(h[ehi/16]))*(dh-32*shi)
 				continue
 			}
 			sclo, mlo := kScaleMin(h, 2*(c>>1))
 			schi, mhi := kScaleMin(h, 2*(c>>1)+1)
-			acc += float64(float32(int32(sclo)*dl+int32(schi)*dh)*(f16le(h)*da) - float32(int32(mlo)*slo+int32(mhi)*shi)*(f16le(h[2:])*da))
+			isum += int32(sclo)*dl + int32(schi)*dh
+			msum += int32(mlo)*slo + int32(mhi)*shi
 		}
+		if typ == "Q6_K" {
+			acc += float64(float32(isum) * (d6 * d[sb]))
+			continue
+		}
+		acc += float64(float32(isum)*(f16le(h)*d[sb]) - float32(msum)*(f16le(h[2:])*d[sb]))
 	}
 	return acc
 }
@@ -371,6 +376,47 @@ func TestPlanK(t *testing.T) {
 		}
 		if pl.scratch[scratchQ8K] != 16*512 || pl.scratch[scratchQ8KRec] != 16*2*q8kRecBytes {
 			t.Errorf("scratch %v", pl.scratch)
+		}
+	}
+}
+
+// TestPlanFusesQ8K checks that a norm and a GLU quantize their outputs
+// for the K-quant product after them (the cuBLAS path keeping the plain
+// kernels for large batches), and that attention, which cannot, leaves
+// the product its own quantization.
+func TestPlanFusesQ8K(t *testing.T) {
+	for _, gemm := range []bool{false, true} {
+		b := newProg(t, 1, 16, 1, 32, 64)
+		x, xn, g, u, q, k, v, att, out := b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(256), b.buf(128), b.buf(128), b.buf(256), b.buf(64)
+		for _, f := range []backend.BufID{x, u, k, v} {
+			b.fill(f, 1)
+		}
+		b.cache(128, 32)
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: g, W: b.mat("Q6_K", 256, 512, 0.5), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
+		b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: att, A: q, NHeads: 8, NKV: 4, HeadDim: 32, Scale: 0.2})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: att, W: b.mat("Q5_K", 64, 256, 0.5), Bias: backend.NoWeight})
+		b.p.Logits = out
+		pl, err := plan(b.p, planOptions{gemm: gemm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range pl.calls {
+			if c.gemm == nil && !strings.HasPrefix(c.kernel, "embed") && c.kernel != "store_kv" && !strings.HasPrefix(c.kernel, "attention") {
+				got = append(got, c.kernel)
+			}
+		}
+		want := []string{"rmsnorm_q8k", "matvec_q4_k", "glu_q8k", "matvec_q6_k", "quantize_q8k", "matvec_q5_k"}
+		if gemm {
+			want = []string{"rmsnorm_q8k", "rmsnorm", "matvec_q4_k", "to_f16_q8k", "deq_f16_q4_k", "glu_q8k", "glu", "matvec_q6_k",
+				"to_f16_q8k", "deq_f16_q6_k", "quantize_q8k", "matvec_q5_k", "to_f16_q8k", "deq_f16_q5_k"}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("gemm %v: launches\n %v\nwant\n %v", gemm, got, want)
 		}
 	}
 }

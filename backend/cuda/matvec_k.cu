@@ -64,6 +64,81 @@ __device__ __forceinline__ void load8(const float* a, float (&x)[8]) {
     x[4] = v1.x, x[5] = v1.y, x[6] = v1.z, x[7] = v1.w;
 }
 
+// q8k_store writes lane's 8 levels q of super-block sb of row r, and
+// from the even lanes the sums of 16 and from lane 0 d, as quantize_q8k.
+__device__ __forceinline__ void q8k_store(signed char* qa, q8k_rec* ds, u64 at, u64 rec, const int (&q)[8], float d,
+                                          int lane) {
+    u32 lo = 0, hi = 0;
+    int s = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= (u32)(q[k] & 255) << (8 * k);
+        hi |= (u32)(q[k + 4] & 255) << (8 * k);
+        s += q[k] + q[k + 4];
+    }
+    *(uint2*)(qa + at) = make_uint2(lo, hi);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if ((lane & 1) == 0) ds[rec].s[lane >> 1] = (short)s;
+    if (lane == 0) ds[rec].d = d;
+}
+
+// rmsnorm_q8k is rmsnorm over whole rows (group = cols, a multiple of 256)
+// that also quantizes its output as quantize_q8k does, for the K-quant
+// product that reads it next. Grid (1, rows); warps take super-blocks.
+extern "C" __global__ void rmsnorm_q8k(float* out, const float* a, const float* w, const int* meta, int which, int cols,
+                                       int group, float eps, signed char* qa, q8k_rec* ds) {
+    pdl();
+    int r = blockIdx.y;
+    if (r >= meta[which]) return;
+    const float* x = a + (u64)r * cols;
+    float* y = out + (u64)r * cols;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += x[i] * x[i];
+    ss = block_sum(ss);
+    float inv = 1.f / sqrtf(ss / (float)cols + eps);
+    int lane = threadIdx.x & 31, nsb = cols >> 8;
+    for (int sb = threadIdx.x >> 5; sb < nsb; sb += blockDim.x >> 5) {
+        int i = sb * 256 + lane * 8;
+        float v[8], g[8];
+        int q[8];
+        load8(x + i, v);
+        load8(w + i, g);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = v[k] * inv * g[k];
+        *(float4*)(y + i) = make_float4(v[0], v[1], v[2], v[3]);
+        *(float4*)(y + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        float d = q8k_levels(v, q);
+        q8k_store(qa, ds, (u64)r * cols + i, (u64)r * nsb + sb, q, d, lane);
+    }
+}
+
+// glu_q8k is glu that also quantizes its output as quantize_q8k does
+// (cols a multiple of 256). A block of 256 threads per super-block: grid
+// (cols/256, rows).
+extern "C" __global__ void glu_q8k(float* out, const float* a, const float* b, const int* meta, int which, int cols,
+                                   int act, signed char* qa, q8k_rec* ds) {
+    pdl();
+    __shared__ float part[2][8];
+    int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    if (r >= meta[which]) return;
+    u64 at = (u64)r * cols + (u64)blockIdx.x * 256 + t;
+    float v = glu_value(a[at], b[at], act);
+    out[at] = v;
+    float hi = warp_max(v), lo = -warp_max(-v);
+    if (lane == 0) part[0][warp] = hi, part[1][warp] = lo;
+    __syncthreads();
+    hi = part[0][0], lo = part[1][0];
+#pragma unroll
+    for (int k = 1; k < 8; k++) hi = fmaxf(hi, part[0][k]), lo = fminf(lo, part[1][k]);
+    float mx = hi < -lo ? lo : hi, iscale = mx != 0.f ? -127.f / mx : 0.f;
+    int q = mx != 0.f ? min((int)rintf(__fmul_rn(iscale, v)), 127) : 0;
+    qa[at] = (signed char)q;
+    for (int o = 1; o < 16; o <<= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    u64 rec = (u64)r * (cols >> 8) + blockIdx.x;
+    if ((t & 15) == 0) ds[rec].s[t >> 4] = (short)q;
+    if (t == 0) ds[rec].d = mx != 0.f ? 1.f / iscale : 0.f;
+}
+
 // quantize_q8k quantizes activation rows a [rows, K] (K a multiple of
 // 256) into levels qa [rows, K] and records ds [rows, K/256]. One warp per
 // super-block, 8 elements a lane; grid (ceil(K/256/warps), rows).
@@ -79,19 +154,7 @@ extern "C" __global__ void quantize_q8k(signed char* qa, q8k_rec* ds, const floa
     int q[8];
     load8(a + at, x);
     float d = q8k_levels(x, q);
-    u32 lo = 0, hi = 0;
-    int s = 0;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        lo |= (u32)(q[k] & 255) << (8 * k);
-        hi |= (u32)(q[k + 4] & 255) << (8 * k);
-        s += q[k] + q[k + 4];
-    }
-    *(uint2*)(qa + at) = make_uint2(lo, hi);
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    q8k_rec* rec = ds + (u64)r * nsb + sb;
-    if ((lane & 1) == 0) rec->s[lane >> 1] = (short)s;
-    if (lane == 0) rec->d = d;
+    q8k_store(qa, ds, at, (u64)r * nsb + sb, q, d, lane);
 }
 
 // to_f16_q8k writes activation rows as f16 after rounding them to the
@@ -230,9 +293,12 @@ __device__ __forceinline__ void mvk_reduce(float (&acc)[M], float* out, float* r
 }
 
 // mvk_pass: M rows of Q8_K activations against one K-quant weight row. A
-// lane takes chunks of 16 bytes of quants, 32 elements each; per
-// sub-block the integer dot product is scaled as the CPU backend does:
-// Q4_K/Q5_K d·da·Σ sc·(q·a) − dmin·da·Σ m·Σa, Q6_K d·da·Σ sc·(q·a − 32·Σa).
+// lane takes chunks of 16 bytes of quants, 32 elements each. Per
+// super-block the integer sums are exact and scaled once, in the CPU
+// backend's float operations: Q4_K/Q5_K float(Σ sc·(q·a))·(d·da) −
+// float(Σ m·Σa)·(dmin·da) (fused), Q6_K float(Σ sc·(q·a − 32·Σa))·(d·da).
+// So a product over one super-block matches the CPU's bit for bit; longer
+// ones differ in the order the super-blocks are added.
 template <int T, int M>
 __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
                                          const u8* row, const uint4* hdr, const u16* d6, const float* bias, int r0,
@@ -241,7 +307,11 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
     float acc[M];
 #pragma unroll
     for (int k = 0; k < M; k++) acc[k] = 0.f;
-    int nsb = K >> 8, nc = nsb * 8;
+    int nsb = K >> 8, nc = nsb * 8, lane = threadIdx.x & 31;
+    // Chunks c..c+7 of a super-block go to 8 consecutive lanes of one row
+    // in the same iteration: nsub is a multiple of 8, and so is nc.
+    unsigned group = 0xffu << (lane & 24);
+    bool first = (lane & 7) == 0;
     if (live) {
         for (int c0 = sub; c0 < nc; c0 += KV_BATCH * nsub) {
             uint4 q[KV_BATCH], hb[KV_BATCH];
@@ -288,7 +358,6 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     const signed char* x = qa + (u64)(r0 + k) * K + (u64)sb * 256;
                     int4 xl = *(const int4*)(x + elo), xh = *(const int4*)(x + ehi);
                     const q8k_rec* rec = ds + (u64)(r0 + k) * nsb + sb;
-                    float da = rec->d;
                     int slo = rec->s[elo >> 4], shi = rec->s[ehi >> 4];
                     int dl = dp4a(lo[0], xl.x, 0);
                     dl = dp4a(lo[1], xl.y, dl);
@@ -298,10 +367,25 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     dh = dp4a(hi[1], xh.y, dh);
                     dh = dp4a(hi[2], xh.z, dh);
                     dh = dp4a(hi[3], xh.w, dh);
+                    int isum, msum = 0;
                     if constexpr (T == W_Q6_K) {
-                        acc[k] += (float)(sclo * (dl - 32 * slo) + schi * (dh - 32 * shi)) * (d * da);
+                        isum = sclo * (dl - 32 * slo) + schi * (dh - 32 * shi);
                     } else {
-                        acc[k] += (float)(sclo * dl + schi * dh) * (d * da) - (float)(mlo * slo + mhi * shi) * (dmin * da);
+                        isum = sclo * dl + schi * dh;
+                        msum = mlo * slo + mhi * shi;
+                    }
+                    // The 8 lanes of a super-block (a group the loop
+                    // conditions treat alike) add their integer sums, and
+                    // the first scales them as the CPU backend does.
+#pragma unroll
+                    for (int o = 1; o < 8; o <<= 1) {
+                        isum += __shfl_xor_sync(group, isum, o);
+                        if constexpr (T != W_Q6_K) msum += __shfl_xor_sync(group, msum, o);
+                    }
+                    if (first) {
+                        float da = rec->d, t = __fmul_rn((float)isum, __fmul_rn(d, da));
+                        if constexpr (T != W_Q6_K) t = fmaf(-(float)msum, __fmul_rn(dmin, da), t);
+                        acc[k] += t;
                     }
                 }
             }

@@ -234,6 +234,7 @@ type planState struct {
 	// its own output for it sets fused.
 	fuse  *cond
 	fused bool
+	fuseK bool // that product's weight is a K-quant: it reads Q8_K records
 }
 
 type scratchHolds struct {
@@ -331,6 +332,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			}
 		default:
 			st.fuse, st.fused = q8Consumer(p, pl, i, opt), false
+			st.fuseK = st.fuse != nil && kLayouts[pl.mats[p.Ops[i+1].W].typ] != nil
 			calls, err = planOp(p, pl, st, op, opt, backend.BufID(-1))
 			if err == nil && st.fused {
 				out, _ := opOutput(op)
@@ -338,7 +340,12 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 				if op.OnSelected {
 					which = metaSelected
 				}
-				st.q8 = &scratchHolds{buf: out, which: which, cond: *st.fuse}
+				h := &scratchHolds{buf: out, which: which, cond: *st.fuse}
+				if st.fuseK {
+					st.q8k = h
+				} else {
+					st.q8 = h
+				}
 			}
 			st.fuse = nil
 		}
@@ -354,8 +361,8 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 }
 
 // q8Consumer returns the condition under which op i's output is
-// quantized for the product right after it (a Q8_0 or Q4_0 weight reading
-// that output), or nil when there is none.
+// quantized for the product right after it (a Q8_0, Q4_0 or K-quant
+// weight reading that output), or nil when there is none.
 func q8Consumer(p *backend.Program, pl *planned, i int, opt planOptions) *cond {
 	if i+1 >= len(p.Ops) {
 		return nil
@@ -367,7 +374,7 @@ func q8Consumer(p *backend.Program, pl *planned, i int, opt planOptions) *cond {
 		return nil
 	}
 	m := &pl.mats[next.W]
-	if !m.quantized() || m.cols != p.Bufs[out] {
+	if (!m.quantized() && kLayouts[m.typ] == nil) || m.cols != p.Bufs[out] {
 		return nil
 	}
 	c := always
@@ -473,7 +480,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		c := call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block, which: which,
 			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}}
 		if st.fuse != nil && op.Group == cols(op.A) && op.Group%32 == 0 {
-			return fusedQ8(st, c, "rmsnorm_q8"), nil
+			return fusedQ8(st, c, "rmsnorm_q8", op.Group), nil
 		}
 		return []call{c}, nil
 
@@ -558,7 +565,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 			c.kernel = "glu"
 			c.args = append(c.args, i32(op.Act))
 			if st.fuse != nil && cols(op.A)%32 == 0 {
-				return fusedQ8(st, c, "glu_q8"), nil
+				return fusedQ8(st, c, "glu_q8", cols(op.A)), nil
 			}
 		}
 		return []call{c}, nil
@@ -586,11 +593,15 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 	return nil, fmt.Errorf("unsupported op %s", op.Kind)
 }
 
-// fusedQ8 returns c's quantizing variant under the condition st.fuse and,
+// fusedQ8 returns c's quantizing variant under the condition st.fuse (to
+// Q8_K records when the product's weight is a K-quant; rows of cols) and,
 // where that covers only small batches, c itself for the large ones.
-func fusedQ8(st *planState, c call, kernel string) []call {
+func fusedQ8(st *planState, c call, kernel string, cols int) []call {
 	st.fused = true
 	calls := []call{withQ8(c, kernel, *st.fuse)}
+	if st.fuseK {
+		calls[0] = withQ8K(c, kernel+"k", *st.fuse, cols)
+	}
 	if *st.fuse == small {
 		c.cond = large
 		calls = append(calls, c)

@@ -158,7 +158,7 @@ func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) 
 	// The decode kernel quantizes its output for a following product
 	// wherever it is the only kernel that runs on such batches.
 	q8, ds := null, null
-	if st.fuse != nil && hd%32 == 0 && (!tiles || *st.fuse == small) {
+	if st.fuse != nil && !st.fuseK && hd%32 == 0 && (!tiles || *st.fuse == small) {
 		q8, ds, st.fused = scratch(scratchQ8), scratch(scratchQ8DS), true
 	}
 	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
