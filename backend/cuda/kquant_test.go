@@ -118,13 +118,12 @@ func kLevels(typ string, c int, q []byte) (lo, hi [16]int32, elo, ehi int) {
 	return lo, hi, elo, ehi
 }
 
-// kDot mirrors mvk_pass for one weight row and one activation row: per
-// super-block the chunks' integer sums, scaled once.
+// kDot mirrors mvk_pass for one weight row and one activation row: the
+// chunks' integer dot products scaled per sub-block.
 func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums [][16]int32) float64 {
 	var acc float64
 	for sb := range cols / 256 {
 		qb, h, d6 := kParts(typ, dev, rows, cols, r, sb)
-		var isum, msum int32
 		for c := range 8 {
 			lo, hi, elo, ehi := kLevels(typ, c, qb)
 			var dl, dh int32
@@ -133,20 +132,16 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 				dh += hi[b] * int32(q[256*sb+ehi+b])
 			}
 			slo, shi := sums[sb][elo/16], sums[sb][ehi/16]
+			da := d[sb]
 			if typ == "Q6_K" {
-				isum += int32(int8(h[elo/16]))*(dl-32*slo) + int32(int8(h[ehi/16]))*(dh-32*shi)
+				sclo, schi := int32(int8(h[elo/16])), int32(int8(h[ehi/16]))
+				acc += float64(float32(sclo*(dl-32*slo)+schi*(dh-32*shi)) * (d6 * da))
 				continue
 			}
 			sclo, mlo := kScaleMin(h, 2*(c>>1))
 			schi, mhi := kScaleMin(h, 2*(c>>1)+1)
-			isum += int32(sclo)*dl + int32(schi)*dh
-			msum += int32(mlo)*slo + int32(mhi)*shi
+			acc += float64(float32(int32(sclo)*dl+int32(schi)*dh)*(f16le(h)*da) - float32(int32(mlo)*slo+int32(mhi)*shi)*(f16le(h[2:])*da))
 		}
-		if typ == "Q6_K" {
-			acc += float64(float32(isum) * (d6 * d[sb]))
-			continue
-		}
-		acc += float64(float32(isum)*(f16le(h)*d[sb]) - float32(msum)*(f16le(h[2:])*d[sb]))
 	}
 	return acc
 }

@@ -293,12 +293,9 @@ __device__ __forceinline__ void mvk_reduce(float (&acc)[M], float* out, float* r
 }
 
 // mvk_pass: M rows of Q8_K activations against one K-quant weight row. A
-// lane takes chunks of 16 bytes of quants, 32 elements each. Per
-// super-block the integer sums are exact and scaled once, in the CPU
-// backend's float operations: Q4_K/Q5_K float(Σ sc·(q·a))·(d·da) −
-// float(Σ m·Σa)·(dmin·da) (fused), Q6_K float(Σ sc·(q·a − 32·Σa))·(d·da).
-// So a product over one super-block matches the CPU's bit for bit; longer
-// ones differ in the order the super-blocks are added.
+// lane takes chunks of 16 bytes of quants, 32 elements each; per
+// sub-block the integer dot product is scaled as the CPU backend does:
+// Q4_K/Q5_K d·da·Σ sc·(q·a) − dmin·da·Σ m·Σa, Q6_K d·da·Σ sc·(q·a − 32·Σa).
 template <int T, int M>
 __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
                                          const u8* row, const uint4* hdr, const u16* d6, const float* bias, int r0,
@@ -307,11 +304,7 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
     float acc[M];
 #pragma unroll
     for (int k = 0; k < M; k++) acc[k] = 0.f;
-    int nsb = K >> 8, nc = nsb * 8, lane = threadIdx.x & 31;
-    // Chunks c..c+7 of a super-block go to 8 consecutive lanes of one row
-    // in the same iteration: nsub is a multiple of 8, and so is nc.
-    unsigned group = 0xffu << (lane & 24);
-    bool first = (lane & 7) == 0;
+    int nsb = K >> 8, nc = nsb * 8;
     if (live) {
         for (int c0 = sub; c0 < nc; c0 += KV_BATCH * nsub) {
             uint4 q[KV_BATCH], hb[KV_BATCH];
@@ -358,6 +351,7 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     const signed char* x = qa + (u64)(r0 + k) * K + (u64)sb * 256;
                     int4 xl = *(const int4*)(x + elo), xh = *(const int4*)(x + ehi);
                     const q8k_rec* rec = ds + (u64)(r0 + k) * nsb + sb;
+                    float da = rec->d;
                     int slo = rec->s[elo >> 4], shi = rec->s[ehi >> 4];
                     int dl = dp4a(lo[0], xl.x, 0);
                     dl = dp4a(lo[1], xl.y, dl);
@@ -367,25 +361,10 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     dh = dp4a(hi[1], xh.y, dh);
                     dh = dp4a(hi[2], xh.z, dh);
                     dh = dp4a(hi[3], xh.w, dh);
-                    int isum, msum = 0;
                     if constexpr (T == W_Q6_K) {
-                        isum = sclo * (dl - 32 * slo) + schi * (dh - 32 * shi);
+                        acc[k] += (float)(sclo * (dl - 32 * slo) + schi * (dh - 32 * shi)) * (d * da);
                     } else {
-                        isum = sclo * dl + schi * dh;
-                        msum = mlo * slo + mhi * shi;
-                    }
-                    // The 8 lanes of a super-block (a group the loop
-                    // conditions treat alike) add their integer sums, and
-                    // the first scales them as the CPU backend does.
-#pragma unroll
-                    for (int o = 1; o < 8; o <<= 1) {
-                        isum += __shfl_xor_sync(group, isum, o);
-                        if constexpr (T != W_Q6_K) msum += __shfl_xor_sync(group, msum, o);
-                    }
-                    if (first) {
-                        float da = rec->d, t = __fmul_rn((float)isum, __fmul_rn(d, da));
-                        if constexpr (T != W_Q6_K) t = fmaf(-(float)msum, __fmul_rn(dmin, da), t);
-                        acc[k] += t;
+                        acc[k] += (float)(sclo * dl + schi * dh) * (d * da) - (float)(mlo * slo + mhi * shi) * (dmin * da);
                     }
                 }
             }

