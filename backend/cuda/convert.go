@@ -211,30 +211,82 @@ func (e *exec) uploadOnHost(w *backend.Weight, m *matInfo, host *[]byte) (uint64
 	if k := kLayouts[m.typ]; k != nil {
 		return ptr, e.uploadK(ptr, w, m, k, host)
 	}
-	c, err := newConverter(w)
+	pc, err := newParallelConverter(w, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return 0, fmt.Errorf("cuda: %w", err)
 	}
-	step := c.chunkRows()
+	step := pc.convs[0].chunkRows()
 	for r0 := 0; r0 < m.rows; r0 += step {
 		r1 := min(m.rows, r0+step)
-		vals, err := c.convert(r0, r1)
-		if err != nil {
-			return 0, fmt.Errorf("cuda: %w", err)
-		}
 		b := grow(host, (r1-r0)*m.rowBytes)
-		if m.typ == "F16" {
-			for i, v := range vals {
-				binary.LittleEndian.PutUint16(b[2*i:], quant.F32ToF16(v))
-			}
-		} else {
-			copy(b, f32Bytes(vals))
+		if err := pc.convertTo(m.typ, r0, r1, b); err != nil {
+			return 0, fmt.Errorf("cuda: %w", err)
 		}
 		if err := e.copyIn(ptr+uint64(r0)*uint64(m.rowBytes), b, what); err != nil {
 			return 0, err
 		}
 	}
 	return ptr, nil
+}
+
+// parallelConverter splits the rows of each conversion over goroutines,
+// one converter each; together they hold at most one chunk of float32s.
+type parallelConverter struct {
+	convs []*converter
+}
+
+func newParallelConverter(w *backend.Weight, workers int) (*parallelConverter, error) {
+	pc := &parallelConverter{}
+	for range max(1, workers) {
+		c, err := newConverter(w)
+		if err != nil {
+			return nil, err
+		}
+		pc.convs = append(pc.convs, c)
+	}
+	return pc, nil
+}
+
+// convertTo writes rows [r0, r1) into dst as typ ("F16" or "F32").
+func (pc *parallelConverter) convertTo(typ string, r0, r1 int, dst []byte) error {
+	cols := pc.convs[0].cols
+	size := 2
+	if typ == "F32" {
+		size = 4
+	}
+	per := (r1 - r0 + len(pc.convs) - 1) / len(pc.convs)
+	errs := make([]error, len(pc.convs))
+	var wg sync.WaitGroup
+	for k, c := range pc.convs {
+		a, b := r0+k*per, min(r1, r0+(k+1)*per)
+		if a >= b {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vals, err := c.convert(a, b)
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			out := dst[(a-r0)*cols*size : (b-r0)*cols*size]
+			if size == 4 {
+				copy(out, f32Bytes(vals))
+				return
+			}
+			for i, v := range vals {
+				binary.LittleEndian.PutUint16(out[2*i:], quant.F32ToF16(v))
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // grow returns (*buf)[:n], reallocating when it is shorter.

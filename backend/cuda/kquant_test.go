@@ -415,3 +415,46 @@ func TestPlanFusesQ8K(t *testing.T) {
 		}
 	}
 }
+
+// TestParallelConvert checks the rows converted for upload, split over
+// goroutines, against quant's values in the device type.
+func TestParallelConvert(t *testing.T) {
+	b := newProg(t, 2, 4, 1, 8, 8)
+	for _, tc := range []struct {
+		w   backend.WeightID
+		typ string
+	}{{b.mat("Q5_0", 7, 96, 1), "F16"}, {b.mlxMat(4, 32, 5, 64, 1), "F16"}, {b.mat("Q3_K", 9, 256, 1), "F32"}} {
+		w := &b.p.Weights[tc.w]
+		ref, err := newConverter(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := ref.convert(0, ref.rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, workers := range []int{1, 3, 8} {
+			pc, err := newParallelConverter(w, workers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r0, r1 := 1, ref.rows-1
+			size := map[string]int{"F16": 2, "F32": 4}[tc.typ]
+			got := make([]byte, (r1-r0)*ref.cols*size)
+			if err := pc.convertTo(tc.typ, r0, r1, got); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range all[r0*ref.cols : r1*ref.cols] {
+				var g float32
+				if size == 2 {
+					g, v = f16le(got[2*i:]), quant.F16ToF32(quant.F32ToF16(v))
+				} else {
+					g = math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:]))
+				}
+				if g != v {
+					t.Fatalf("%s, %d workers: element %d is %g, want %g", w.Name, workers, i, g, v)
+				}
+			}
+		}
+	}
+}
