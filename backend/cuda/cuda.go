@@ -56,6 +56,7 @@ func kernelNames() []string {
 	names := []string{"rmsnorm", "rope", "store_kv", "attention", "attention_tiled_64", "attention_tiled_128", "add", "glu",
 		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0",
 		"draw_partial", "draw_pick"}
+	names = append(names, kquantKernels...)
 	for _, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)
 		if suffix != "f32" && suffix != "f16" {
@@ -172,7 +173,7 @@ func (b *Backend) CuBLAS() (string, error) {
 // Supports implements backend.Backend.
 func (b *Backend) Supports(weightType string) bool {
 	_, ok := weightTypes[weightType]
-	return ok
+	return ok || convertible(weightType)
 }
 
 var errBackendClosed = errors.New("cuda: backend is closed")

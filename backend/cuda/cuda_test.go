@@ -332,7 +332,7 @@ func TestPlanRejects(t *testing.T) {
 		{"ring", func(p *backend.Program) { p.Caches[0].Capacity = 8; p.Ops[7].Window = 6 }, "ring cache of 8"},
 		{"activation", func(p *backend.Program) { p.Ops[9].Act = 7 }, "activation 7"},
 		{"softcap", func(p *backend.Program) { p.Ops[12].Cap = 0 }, "soft-cap 0"},
-		{"unsupported type", func(p *backend.Program) { p.Weights[2].Tensor.Type = "Q4_K" }, "type Q4_K is not supported"},
+		{"unsupported type", func(p *backend.Program) { p.Weights[2].Tensor.Type, p.Weights[2].Tensor.HasGGML = "U32", false }, "type U32 is not supported"},
 		{"short data", func(p *backend.Program) { p.Weights[2].Data.Bytes = p.Weights[2].Data.Bytes[:10] }, "10 bytes"},
 		{"unknown op", func(p *backend.Program) { p.Ops[0].Kind = 99 }, "unsupported op"},
 	} {
@@ -349,7 +349,8 @@ func TestPlanRejects(t *testing.T) {
 
 func TestSupports(t *testing.T) {
 	var b Backend
-	for typ, want := range map[string]bool{"F32": true, "F16": true, "BF16": true, "Q8_0": true, "Q4_0": true, "Q4_K": false, "MLX_Q4": false} {
+	for typ, want := range map[string]bool{"F32": true, "F16": true, "BF16": true, "Q8_0": true, "Q4_0": true, "Q4_K": true,
+		"Q6_K": true, "Q5_0": true, "IQ2_XXS": true, "TQ1_0": true, "MLX_Q4": true, "MLX_Q2": true, "MLX_Q3": false, "U32": false, "BOOL": false, "": false} {
 		if b.Supports(typ) != want {
 			t.Errorf("Supports(%s) = %v", typ, !want)
 		}

@@ -227,10 +227,13 @@ func (e *exec) allocate(pl *planned) error {
 
 // uploadWeights copies every weight to the device. Q8_0 and Q4_0 tensors
 // pass through a staging allocation that the repack kernel turns into the
-// device layout; the staging memory is freed at the end.
+// device layout; the staging memory is freed at the end. K-quant tensors
+// and those converted to F16 or F32 are laid out on the host, a bounded
+// chunk of rows at a time.
 func (e *exec) uploadWeights(mats []matInfo) error {
 	d := e.be.drv
 	var staging uint64
+	var host []byte // converted rows on their way up (convert.go)
 	defer func() {
 		if staging != 0 {
 			d.cuCtxSynchronize()
@@ -242,6 +245,14 @@ func (e *exec) uploadWeights(mats []matInfo) error {
 		what := fmt.Sprintf("tensor %q", m.name)
 		if w.F32 != nil {
 			ptr, err := e.upload(f32Bytes(w.F32), what)
+			if err != nil {
+				return err
+			}
+			e.weights = append(e.weights, ptr)
+			continue
+		}
+		if m.src != "" || kLayouts[m.typ] != nil {
+			ptr, err := e.uploadOnHost(w, m, &host)
 			if err != nil {
 				return err
 			}

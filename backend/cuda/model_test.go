@@ -51,14 +51,15 @@ func argmax(v []float32) int32 {
 }
 
 // modelPaths lists the fixtures the end-to-end test loads: the Hugging
-// Face directories and the Q8_0 and Q4_0 GGUFs.
+// Face directories, the Q8_0, Q4_0, Q4_K and Q6_K GGUFs and the MLX 4-bit
+// directories.
 func modelPaths(t *testing.T) []string {
 	root := filepath.Join("..", "..", "testdata", "models")
 	var paths []string
 	for _, name := range []string{"llama3-tiny", "llama3-tiny-bf16", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny"} {
 		paths = append(paths, filepath.Join(root, name))
 	}
-	for _, pat := range []string{"*-Q8_0.gguf", "*-Q4_0.gguf"} {
+	for _, pat := range []string{"*-Q8_0.gguf", "*-Q4_0.gguf", "*-Q4_K.gguf", "*-Q6_K.gguf", "*-mlx4"} {
 		m, _ := filepath.Glob(filepath.Join(root, "quant", pat))
 		paths = append(paths, m...)
 	}
@@ -96,8 +97,29 @@ func (p *pair) compare(what string, want, got []float32) {
 // decode steps over two sequences.
 func TestModelsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
-	for i, path := range modelPaths(t) {
-		t.Run(filepath.Base(path), func(t *testing.T) {
+	type variant struct {
+		path   string
+		noBLAS bool
+	}
+	var variants []variant
+	for _, path := range modelPaths(t) {
+		variants = append(variants, variant{path: path})
+		if strings.HasSuffix(path, "_K.gguf") || strings.HasSuffix(path, "-mlx4") {
+			variants = append(variants, variant{path: path, noBLAS: true})
+		}
+	}
+	for i, vt := range variants {
+		path, name := vt.path, filepath.Base(vt.path)
+		if vt.noBLAS {
+			name += "/no-cublas"
+		}
+		t.Run(name, func(t *testing.T) {
+			if vt.noBLAS {
+				// Every product on the matrix-vector kernels.
+				saved := gpu.blas
+				gpu.blas = nil
+				defer func() { gpu.blas = saved }()
+			}
 			w, err := weights.Open(path, weights.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -121,8 +143,30 @@ func TestModelsAgainstCPU(t *testing.T) {
 			// activations also moves some activations of later products
 			// across an int8 level, and these small random models amplify
 			// that over their layers (KL up to 1.1e-2 seen on an H100).
+			// Q4_K and Q6_K weights (whose activations both backends
+			// quantize per 256 as Q8_K) do the same on cuBLAS. MLX weights
+			// run as f16 on the GPU, float32 on the CPU; with f16
+			// activations on cuBLAS too, KL reached 1.1e-4 on an H100.
+			// Both run a second time without cuBLAS, where they must agree
+			// to 1e-4 (but see below).
 			p := &pair{t: t, cpu: cm, gpu: gm, limit: 1e-4}
-			if strings.HasSuffix(path, "_0.gguf") {
+			switch {
+			case strings.HasSuffix(path, "_0.gguf"):
+				p.limit = 3e-2
+			case strings.HasSuffix(path, "_K.gguf") && !vt.noBLAS:
+				p.limit = 5e-2 // 2.9e-2 seen
+			case strings.HasSuffix(path, "-mlx4") && !vt.noBLAS:
+				p.limit = 1e-3
+			case vt.noBLAS && filepath.Base(path) == "qwen2-256-Q6_K.gguf":
+				// The GPU sums a K-quant product in float32 per chunk of
+				// 32 elements where the CPU scales each super-block's
+				// integer sum once; a float32 rounding apart, an
+				// activation of the next layer can land on the other side
+				// of a Q8_K level, as here, and the change reaches every
+				// later position through the cache (KL 1.1e-3 at the
+				// first prefill row past 1e-4 on an H100, 3.4e-3 in a
+				// decode step with per-super-block sums; the other K
+				// fixtures agree to 1.5e-6 or better).
 				p.limit = 3e-2
 			}
 			rng := rand.New(rand.NewPCG(uint64(i), 11))

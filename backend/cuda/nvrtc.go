@@ -16,7 +16,7 @@ import (
 
 // kernelSource is the CUDA C of every kernel, compiled once per device
 // architecture, driver and NVRTC version, then cached.
-var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU + "\n" + sampleCU
+var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU + "\n" + matvecKCU + "\n" + sampleCU
 
 var (
 	//go:embed kernels.cu

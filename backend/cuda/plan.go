@@ -24,6 +24,7 @@ import (
 // their kernels.
 var weightTypes = map[string]string{
 	"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0",
+	"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k",
 }
 
 // argKind says how a launch argument is resolved.
@@ -45,10 +46,12 @@ const (
 
 // Scratch areas shared by every op (they run one after another).
 const (
-	scratchQ8   = iota // int8 activation rows [MaxRows, K]
-	scratchQ8DS        // their block scales, float2 [MaxRows, K/32]
-	scratchX16         // f16 activation rows [MaxRows, K] for cuBLAS
-	scratchW16         // a weight dequantized to f16 [N, K] for cuBLAS
+	scratchQ8     = iota // int8 activation rows [MaxRows, K]
+	scratchQ8DS          // their block scales, float2 [MaxRows, K/32]
+	scratchX16           // f16 activation rows [MaxRows, K] for cuBLAS
+	scratchW16           // a weight dequantized to f16 [N, K] for cuBLAS
+	scratchQ8K           // int8 activation rows for K-quant weights [MaxRows, K]
+	scratchQ8KRec        // their per-256 records [MaxRows, K/256] (kquant.go)
 	numScratch
 )
 
@@ -134,15 +137,19 @@ type call struct {
 }
 
 // matInfo describes a program weight as the device stores it: rows of
-// rowBytes in its stored type (for Q8_0 and Q4_0 the quants of a row,
-// with the scales from byte dOff on), or a float32 vector (one row).
+// rowBytes in its stored type (for Q8_0, Q4_0 and the K-quants the quants
+// of a row, with the scales from byte dOff on), or a float32 vector (one
+// row). A weight of a type without kernels of its own is converted to F16
+// or F32 on upload (convert.go): typ is then the device type and src the
+// stored one.
 type matInfo struct {
 	name       string
 	rows, cols int
-	ggufRow    int // bytes of a row as stored in the file
+	ggufRow    int // bytes of a row as stored in the file (converted weights: on the device)
 	rowBytes   int
 	dOff       int64
 	typ        string // weights' spelling: "F32", "Q4_0", ...
+	src        string // the stored type of a converted weight, else ""
 	vector     bool   // an engine-prepared float32 vector (Weight.F32)
 }
 
@@ -158,7 +165,7 @@ func describe(w *backend.Weight) (matInfo, error) {
 		return matInfo{}, fmt.Errorf("weight %q has neither a tensor nor float32 values", w.Name)
 	}
 	if _, ok := weightTypes[t.Type]; !ok || !t.HasGGML || t.MLX != nil {
-		return matInfo{}, fmt.Errorf("tensor %q: type %s is not supported by the CUDA backend", w.Name, t.Type)
+		return describeConverted(w)
 	}
 	m := matInfo{name: w.Name, rows: int(t.Rows()), cols: int(t.Cols()), typ: t.Type}
 	for _, d := range t.Shape[:max(0, len(t.Shape)-2)] {
@@ -177,6 +184,10 @@ func describe(w *backend.Weight) (matInfo, error) {
 		m.rowBytes = m.cols
 	case "Q4_0":
 		m.rowBytes = m.cols / 2
+	default:
+		if k := kLayouts[t.Type]; k != nil {
+			m.rowBytes = m.cols / 256 * k.quants
+		}
 	}
 	m.dOff = int64(m.rows) * int64(m.rowBytes)
 	return m, nil
@@ -217,11 +228,13 @@ type planned struct {
 // it once.
 type planState struct {
 	q8, x16 *scratchHolds
+	q8k     *scratchHolds // the activation scratchQ8K holds (kquant.go)
 	// fuse, when set, is the condition under which the next op's output
 	// feeds a product by a Q8_0 or Q4_0 weight; an op that can quantize
 	// its own output for it sets fused.
 	fuse  *cond
 	fused bool
+	fuseK bool // that product's weight is a K-quant: it reads Q8_K records
 }
 
 type scratchHolds struct {
@@ -242,6 +255,9 @@ func (s *planState) written(buf backend.BufID) {
 	}
 	if s.x16 != nil && s.x16.buf == buf {
 		s.x16 = nil
+	}
+	if s.q8k != nil && s.q8k.buf == buf {
+		s.q8k = nil
 	}
 }
 
@@ -316,6 +332,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			}
 		default:
 			st.fuse, st.fused = q8Consumer(p, pl, i, opt), false
+			st.fuseK = st.fuse != nil && kLayouts[pl.mats[p.Ops[i+1].W].typ] != nil
 			calls, err = planOp(p, pl, st, op, opt, backend.BufID(-1))
 			if err == nil && st.fused {
 				out, _ := opOutput(op)
@@ -323,7 +340,12 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 				if op.OnSelected {
 					which = metaSelected
 				}
-				st.q8 = &scratchHolds{buf: out, which: which, cond: *st.fuse}
+				h := &scratchHolds{buf: out, which: which, cond: *st.fuse}
+				if st.fuseK {
+					st.q8k = h
+				} else {
+					st.q8 = h
+				}
 			}
 			st.fuse = nil
 		}
@@ -339,8 +361,8 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 }
 
 // q8Consumer returns the condition under which op i's output is
-// quantized for the product right after it (a Q8_0 or Q4_0 weight reading
-// that output), or nil when there is none.
+// quantized for the product right after it (a Q8_0, Q4_0 or K-quant
+// weight reading that output), or nil when there is none.
 func q8Consumer(p *backend.Program, pl *planned, i int, opt planOptions) *cond {
 	if i+1 >= len(p.Ops) {
 		return nil
@@ -352,7 +374,7 @@ func q8Consumer(p *backend.Program, pl *planned, i int, opt planOptions) *cond {
 		return nil
 	}
 	m := &pl.mats[next.W]
-	if !m.quantized() || m.cols != p.Bufs[out] {
+	if (!m.quantized() && kLayouts[m.typ] == nil) || m.cols != p.Bufs[out] {
 		return nil
 	}
 	c := always
@@ -458,7 +480,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		c := call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block, which: which,
 			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}}
 		if st.fuse != nil && op.Group == cols(op.A) && op.Group%32 == 0 {
-			return fusedQ8(st, c, "rmsnorm_q8"), nil
+			return fusedQ8(st, c, "rmsnorm_q8", op.Group), nil
 		}
 		return []call{c}, nil
 
@@ -543,7 +565,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 			c.kernel = "glu"
 			c.args = append(c.args, i32(op.Act))
 			if st.fuse != nil && cols(op.A)%32 == 0 {
-				return fusedQ8(st, c, "glu_q8"), nil
+				return fusedQ8(st, c, "glu_q8", cols(op.A)), nil
 			}
 		}
 		return []call{c}, nil
@@ -571,11 +593,15 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 	return nil, fmt.Errorf("unsupported op %s", op.Kind)
 }
 
-// fusedQ8 returns c's quantizing variant under the condition st.fuse and,
+// fusedQ8 returns c's quantizing variant under the condition st.fuse (to
+// Q8_K records when the product's weight is a K-quant; rows of cols) and,
 // where that covers only small batches, c itself for the large ones.
-func fusedQ8(st *planState, c call, kernel string) []call {
+func fusedQ8(st *planState, c call, kernel string, cols int) []call {
 	st.fused = true
 	calls := []call{withQ8(c, kernel, *st.fuse)}
+	if st.fuseK {
+		calls[0] = withQ8K(c, kernel+"k", *st.fuse, cols)
+	}
 	if *st.fuse == small {
 		c.cond = large
 		calls = append(calls, c)

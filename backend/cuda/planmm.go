@@ -63,6 +63,9 @@ func gemmUsable(m *matInfo, opt planOptions) bool {
 // f16 conversions of input and weight, the product and the bias. resid >=
 // 0 names a residual the matrix-vector kernel adds its result to.
 func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, m *matInfo, which int, opt planOptions, resid backend.BufID) []call {
+	if kLayouts[m.typ] != nil {
+		return planMatMulK(p, pl, st, op, m, which, opt, resid)
+	}
 	t := weightTypes[m.typ]
 	meta := metaField(-1, p.MaxRows)
 	k, n := m.cols, m.rows
@@ -155,7 +158,7 @@ func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) 
 	// The decode kernel quantizes its output for a following product
 	// wherever it is the only kernel that runs on such batches.
 	q8, ds := null, null
-	if st.fuse != nil && hd%32 == 0 && (!tiles || *st.fuse == small) {
+	if st.fuse != nil && !st.fuseK && hd%32 == 0 && (!tiles || *st.fuse == small) {
 		q8, ds, st.fused = scratch(scratchQ8), scratch(scratchQ8DS), true
 	}
 	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,

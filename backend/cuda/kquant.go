@@ -1,0 +1,175 @@
+package cuda
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// K-quant weights (Q4_K, Q5_K, Q6_K: the types of Q4_K_M, Q5_K_M and Q6_K
+// files) run on kernels of their own (matvec_k.cu). Each GGUF super-block
+// of 256 elements is split on upload into its quants, kept per row and
+// 16-byte aligned so the decode product streams them in 16-byte loads,
+// and its 16-byte header of scales (with, for Q6_K, its f16 scale in an
+// array of its own). A tensor of rows × nsb super-blocks takes exactly the
+// bytes it takes in the file:
+//
+//	quants  [rows][nsb][quants]   Q4_K qs[128]; Q5_K qh[32] qs[128]; Q6_K ql[128] qh[64]
+//	headers [rows·nsb][16]        at dOff: Q4_K, Q5_K d, dmin f16, scales[12]; Q6_K scales[16] int8
+//	d       [rows·nsb] f16        Q6_K only, after the headers
+//
+// Decode products quantize their input per 256 elements as ggml's Q8_K
+// (the CPU backend's form for these types), so the two backends compute
+// the same integer dot products.
+
+//go:embed matvec_k.cu
+var matvecKCU string
+
+// kLayout says where the parts of a GGUF super-block go.
+type kLayout struct {
+	block  int // bytes of a GGUF super-block
+	quants int // of them, quants (they start the block but for Q4_K and Q5_K's 16-byte header)
+	head   int // where the 16-byte header starts in the block
+	hasD   bool
+}
+
+var kLayouts = map[string]*kLayout{
+	"Q4_K": {block: 144, quants: 128, head: 0},
+	"Q5_K": {block: 176, quants: 160, head: 0},
+	"Q6_K": {block: 210, quants: 192, head: 192, hasD: true},
+}
+
+// kquantKernels are the kernels of matvec_k.cu besides the per-type
+// embed_, matvec_ and deq_f16_ ones that weightTypes names.
+var kquantKernels = []string{"quantize_q8k", "to_f16_q8k", "rmsnorm_q8k", "glu_q8k"}
+
+// q8kRecBytes is the size of a Q8_K activation record of matvec_k.cu:
+// d float32 and the sums of its 16 groups of 16 levels as int16.
+const q8kRecBytes = 36
+
+// split writes super-block blk's quants, header and (Q6_K) f16 scale.
+func (k *kLayout) split(blk, quants, head, d []byte) {
+	if k.hasD {
+		copy(quants, blk[:k.quants])
+		copy(head, blk[k.head:k.head+16])
+		copy(d, blk[k.head+16:k.head+18])
+		return
+	}
+	copy(head, blk[:16])
+	copy(quants, blk[16:16+k.quants])
+}
+
+// layOut writes rows [r0, r1) of GGUF data src (every row of the tensor)
+// as their three device parts.
+func (k *kLayout) layOut(src []byte, nsb, r0, r1 int, quants, heads, ds []byte) {
+	for r := r0; r < r1; r++ {
+		for s := range nsb {
+			b := (r-r0)*nsb + s
+			blk := src[(r*nsb+s)*k.block:]
+			var d []byte
+			if k.hasD {
+				d = ds[2*b : 2*b+2]
+			}
+			k.split(blk, quants[b*k.quants:(b+1)*k.quants], heads[16*b:16*b+16], d)
+		}
+	}
+}
+
+// uploadK copies a K-quant weight into ptr in the device layout, a chunk
+// of rows at a time through host.
+func (e *exec) uploadK(ptr uint64, w *backend.Weight, m *matInfo, k *kLayout, host *[]byte) error {
+	what := fmt.Sprintf("tensor %q", m.name)
+	nsb := m.cols / 256
+	step := max(1, convertChunk/m.cols)
+	heads := uint64(m.dOff)
+	ds := heads + uint64(m.rows)*uint64(nsb)*16
+	for r0 := 0; r0 < m.rows; r0 += step {
+		r1 := min(m.rows, r0+step)
+		n := (r1 - r0) * nsb
+		b := grow(host, n*(k.quants+16+2))
+		q, h, d := b[:n*k.quants], b[n*k.quants:n*(k.quants+16)], b[n*(k.quants+16):]
+		k.layOut(w.Data.Bytes, nsb, r0, r1, q, h, d)
+		first := uint64(r0) * uint64(nsb)
+		if err := e.copyIn(ptr+first*uint64(k.quants), q, what); err != nil {
+			return err
+		}
+		if err := e.copyIn(ptr+heads+16*first, h, what); err != nil {
+			return err
+		}
+		if k.hasD {
+			if err := e.copyIn(ptr+ds+2*first, d, what); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// planMatMulK is planMatMul for a K-quant weight: the input quantized to
+// Q8_K records (once for the products sharing it) and the matrix-vector
+// kernel, and where cuBLAS takes large counts, the input rounded to the
+// same levels in f16, the weight dequantized to f16, the product and the
+// bias.
+func planMatMulK(p *backend.Program, pl *planned, st *planState, op *backend.Op, m *matInfo, which int, opt planOptions, resid backend.BufID) []call {
+	t := weightTypes[m.typ]
+	meta := metaField(-1, p.MaxRows)
+	k, n := m.cols, m.rows
+	useGemm := gemmUsable(m, opt)
+	mvCond := always
+	if useGemm {
+		mvCond = small
+	}
+	var calls []call
+	if !st.holds(st.q8k, op.A, which, mvCond) {
+		calls = append(calls, call{kernel: "quantize_q8k", gridX: blocks(k/256, 8), gridY: rowsOf(which), block: 256, cond: mvCond,
+			args: []arg{scratch(scratchQ8K), scratch(scratchQ8KRec), buf(op.A), meta, i32(which), i32(k)}})
+		st.q8k = &scratchHolds{buf: op.A, which: which, cond: mvCond}
+	}
+	pl.need(scratchQ8K, p.MaxRows*k)
+	pl.need(scratchQ8KRec, p.MaxRows*k/256*q8kRecBytes)
+	r, b := null, null
+	if resid >= 0 {
+		r = buf(resid)
+	}
+	if op.Bias != backend.NoWeight {
+		b = weight(op.Bias)
+	}
+	// A row is k/32 chunks of 16 bytes of quants, as for Q4_0.
+	rpb := rowsPerBlock(n, k/32, opt.sms)
+	calls = append(calls, call{kernel: "matvec_" + t, gridX: min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms)), gridY: gridOne, block: 32 * mvWarps, cond: mvCond,
+		args: []arg{buf(op.Out), r, scratch(scratchQ8K), scratch(scratchQ8KRec), weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b, meta, i32(which), i32(k), i32(n), i32(rpb)}})
+	if !useGemm {
+		return calls
+	}
+	conv := call{kernel: "to_f16_q8k", gridX: blocks(k/256, 8), gridY: rowsOf(which), block: 256, cond: large,
+		args: []arg{scratch(scratchX16), buf(op.A), meta, i32(which), i32(k)}}
+	if !st.holds(st.x16, op.A, which, large) || st.x16.kernel != conv.kernel {
+		calls = append(calls, conv)
+		st.x16 = &scratchHolds{buf: op.A, which: which, cond: large, kernel: conv.kernel}
+	}
+	pl.need(scratchX16, p.MaxRows*k*2)
+	pl.need(scratchW16, n*k*2)
+	calls = append(calls,
+		call{kernel: "deq_f16_" + t, gridX: blocks(n*k/8, elemBlock), gridY: gridOne, block: elemBlock, cond: large,
+			args: []arg{scratch(scratchW16), weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), i32(n), i32(k)}},
+		call{cond: large, gemm: &gemm{out: buf(op.Out), x: scratch(scratchX16), w: scratch(scratchW16), n: n, k: k}})
+	if op.Bias != backend.NoWeight {
+		calls = append(calls, call{kernel: "add_bias", gridX: blocks(n, elemBlock), gridY: rowsOf(which), block: elemBlock, cond: large,
+			args: []arg{buf(op.Out), weight(op.Bias), meta, i32(which), i32(n)}})
+	}
+	return calls
+}
+
+// withQ8K is a norm or GLU launch c turned into its variant kernel that
+// also writes Q8_K records of its output (rows of cols) for the K-quant
+// product after it, under the condition when. glu_q8k takes a block per
+// super-block.
+func withQ8K(c call, kernel string, when cond, cols int) call {
+	c.kernel, c.cond = kernel, when
+	c.args = append(append([]arg(nil), c.args...), scratch(scratchQ8K), scratch(scratchQ8KRec))
+	if kernel == "glu_q8k" {
+		c.gridX, c.block = uint32(cols/256), 256
+	}
+	return c
+}

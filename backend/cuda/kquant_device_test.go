@@ -1,0 +1,175 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/quant"
+)
+
+// TestKQuantMatVec checks the K-quant decode kernels against quant's
+// dequantization and a float64 product of activations quantized as Q8_K:
+// only float32 rounding in the sums remains.
+func TestKQuantMatVec(t *testing.T) {
+	gpu := newGPU(t)
+	const k, n, maxRows, vocab = 768, 37, 8, 37
+	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+		t.Run(typ, func(t *testing.T) {
+			b := newProg(t, 5, maxRows, 1, 64, vocab)
+			a, out := b.buf(k), b.buf(n)
+			table := b.randn(vocab*k, 1)
+			for i := range k {
+				table[3*k+i] = 0 // a row of zeros: d = 0
+			}
+			table[5*k+300] = -40 // a negative element of largest magnitude
+			tw := b.mat("F32", vocab, k, 1)
+			copy(b.p.Weights[tw].Data.Bytes, f32Bytes(table))
+			b.op(backend.Op{Kind: backend.OpEmbed, Out: a, W: tw})
+			w := b.mat(typ, n, k, 0.5)
+			b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: w, Bias: backend.NoWeight})
+			b.p.Logits = out
+			gt, _ := ggml.ParseType(typ)
+			deq := make([]float32, n*k)
+			if err := quant.Dequantize(gt, b.p.Weights[w].Data.Bytes, deq); err != nil {
+				t.Fatal(err)
+			}
+			ex, err := gpu.Compile(b.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ex.Close()
+			rng := rand.New(rand.NewPCG(9, 9))
+			for step := range 16 {
+				rows := 1 + step%maxRows
+				bt := &backend.Batch{}
+				for r := range rows {
+					bt.Tokens = append(bt.Tokens, int32(rng.IntN(vocab)))
+					bt.Pos = append(bt.Pos, int32(r))
+					bt.Slots = append(bt.Slots, 0)
+					bt.Selected = append(bt.Selected, int32(r))
+				}
+				bt.Tokens[0] = int32(3 + 2*(step%2))
+				got := make([]float32, rows*n)
+				if err := ex.Run(bt, got); err != nil {
+					t.Fatal(err)
+				}
+				want := make([]float32, rows*n)
+				for r, tok := range bt.Tokens {
+					q, d, _ := quantizeQ8KRef(table[int(tok)*k : int(tok+1)*k])
+					for j := range n {
+						var s float64
+						for i := range k {
+							s += float64(deq[j*k+i]) * float64(q[i]) * float64(d[i/256])
+						}
+						want[r*n+j] = float32(s)
+					}
+				}
+				if e := relErr(got, want); e > 1e-5 {
+					t.Fatalf("step %d (%d rows): relative error %.3g\n got %v\nwant %v", step, rows, e, got[:8], want[:8])
+				}
+			}
+		})
+	}
+}
+
+// kquantCases are op cases for the K-quants, the types converted on
+// upload and MLX weights, against the CPU backend. K-quant products agree
+// to float32 rounding on the matrix-vector path (both backends quantize
+// activations as Q8_K) and to f16 rounding on cuBLAS; converted types
+// multiply float32 activations by f16 weights where the CPU quantizes the
+// activations to int8 (except MLX), so they agree to about 1 %.
+func kquantCases() []opCase {
+	var cases []opCase
+	matmul := func(name string, maxRows, k, out int, tol float64, w func(b *progBuilder, n, k int) backend.WeightID, bias bool) opCase {
+		return opCase{name: name, maxRows: maxRows, slots: 1, context: 64, vocab: out, tol: tol,
+			build: func(b *progBuilder, o backend.BufID) {
+				a := b.buf(k)
+				b.fill(a, 1)
+				bb := backend.NoWeight
+				if bias {
+					bb = b.vec(out, 0, 1)
+				}
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: o, A: a, W: w(b, out, k), Bias: bb})
+			}}
+	}
+	ggmlMat := func(typ string) func(b *progBuilder, n, k int) backend.WeightID {
+		return func(b *progBuilder, n, k int) backend.WeightID { return b.mat(typ, n, k, 0.5) }
+	}
+	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+		cases = append(cases,
+			opCase{name: "embed/" + typ, maxRows: 5, slots: 1, context: 64, vocab: 512, tol: 1e-7,
+				build: func(b *progBuilder, out backend.BufID) {
+					b.op(backend.Op{Kind: backend.OpEmbed, Out: out, W: b.mat(typ, 512, 512, 1), Scale: 1.7})
+				}},
+			matmul("matmul/"+typ, 7, 768, 45, 1e-5, ggmlMat(typ), typ == "Q5_K"),
+			matmul("matmul/"+typ+"/vec", 8, 256, 33, 1e-5, ggmlMat(typ), false),
+			matmul("matmul/"+typ+"/large", 40, 512, 45, 3e-3, ggmlMat(typ), typ != "Q5_K"),
+			opCase{name: "fused/" + typ, maxRows: 8, slots: 1, context: 64, vocab: 40, tol: 1e-5,
+				build: func(b *progBuilder, out backend.BufID) {
+					x, m := b.buf(512), b.buf(40)
+					b.fill(x, 1)
+					b.fill(out, 1)
+					b.op(backend.Op{Kind: backend.OpMatMul, Out: m, A: x, W: b.mat(typ, 40, 512, 0.5), Bias: backend.NoWeight})
+					b.op(backend.Op{Kind: backend.OpAdd, Out: out, A: out, B: m})
+				}})
+	}
+	// Every matrix-vector block shape: 8 rows a block looping over more
+	// groups than the grid has blocks, 4, 2 and 1.
+	for _, wc := range []struct {
+		typ  string
+		n, k int
+	}{{"Q4_K", 4300, 256}, {"Q6_K", 1100, 2048}, {"Q5_K", 600, 1024}, {"Q6_K", 200, 512}} {
+		cases = append(cases, matmul(fmt.Sprintf("matmul/%s/%dx%d", wc.typ, wc.n, wc.k), 8, wc.k, wc.n, 1e-5, ggmlMat(wc.typ), false))
+	}
+	// A norm and a GLU quantize their outputs as Q8_K for the product
+	// after them; attention leaves it to the product. As for fused-q8,
+	// the chain moves some activations across a level.
+	for _, maxRows := range []int{5, 8} {
+		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8k/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: 3e-3,
+			build: func(b *progBuilder, out backend.BufID) {
+				x, xn, g, u, q, k, v, att := b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(256), b.buf(128), b.buf(128), b.buf(256)
+				for _, f := range []backend.BufID{x, u, k, v} {
+					b.fill(f, 1)
+				}
+				b.cache(128, 40)
+				b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: g, W: b.mat("Q6_K", 256, 512, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
+				b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: att, A: q, NHeads: 8, NKV: 4, HeadDim: 32, Scale: 0.2})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: att, W: b.mat("Q5_K", 64, 256, 0.5), Bias: backend.NoWeight})
+			}})
+	}
+	for _, typ := range []string{"Q5_0", "Q4_1", "Q2_K", "Q3_K", "IQ4_XS"} {
+		cases = append(cases,
+			opCase{name: "embed/" + typ, maxRows: 5, slots: 1, context: 64, vocab: 256, tol: 1e-3,
+				build: func(b *progBuilder, out backend.BufID) {
+					b.op(backend.Op{Kind: backend.OpEmbed, Out: out, W: b.mat(typ, 256, 256, 1)})
+				}},
+			matmul("matmul/"+typ, 7, 512, 45, 2e-2, ggmlMat(typ), true),
+			matmul("matmul/"+typ+"/large", 40, 512, 45, 2e-2, ggmlMat(typ), false))
+	}
+	for _, bits := range []int{4, 8} {
+		w := func(b *progBuilder, n, k int) backend.WeightID { return b.mlxMat(bits, 64, n, k, 0.5) }
+		name := fmt.Sprintf("MLX_Q%d", bits)
+		cases = append(cases, matmul("matmul/"+name, 7, 192, 45, 3e-3, w, true), matmul("matmul/"+name+"/large", 40, 192, 45, 3e-3, w, false))
+	}
+	return cases
+}
+
+func TestKQuantOps(t *testing.T) {
+	gpu := newGPU(t)
+	for i, tc := range kquantCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newProg(t, uint64(i+1), tc.maxRows, tc.slots, tc.context, tc.vocab)
+			out := b.buf(tc.vocab)
+			b.p.Logits = out
+			tc.build(b, out)
+			compareWithCPU(t, gpu, b.p, 20, tc.selected, tc.tol)
+		})
+	}
+}

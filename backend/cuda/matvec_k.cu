@@ -1,0 +1,455 @@
+// K-quant kernels (Q4_K, Q5_K, Q6_K): activation quantization to Q8_K
+// records, the decode matrix-vector product, the embedding and the f16
+// dequantization for cuBLAS. Compiled after kernels.cu and matvec.cu,
+// whose helpers (h2f, f2h, dp4a, pdl, warp_max, MV_WARPS) they use. The
+// weights' device layout is described in kquant.go: per row its
+// super-blocks' quants (KQ bytes each), then from byte dOff a 16-byte
+// header per super-block, then for Q6_K an f16 scale per super-block.
+
+#define W_Q4_K 10
+#define W_Q5_K 11
+#define W_Q6_K 12
+#define KV_BATCH 4 // 16-byte weight loads a lane keeps in flight
+
+template <int T>
+__device__ __forceinline__ constexpr int kq_bytes() {
+    return T == W_Q4_K ? 128 : T == W_Q5_K ? 160 : 192;
+}
+
+// A super-block of 256 activations quantized as ggml's Q8_K: levels
+// q = min(round(x·(−127/m)), 127) with m the element of largest
+// magnitude (the positive one on a tie), d = 1/(−127/m); s holds the sums
+// of its 16 groups of 16 levels.
+struct q8k_rec {
+    float d;
+    short s[16];
+};
+
+// ldk loads 16 bytes of weights that are read once per step, without
+// keeping them in L1.
+__device__ __forceinline__ uint4 ldk(const u8* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// q8k_levels quantizes lane's 8 consecutive elements x of a super-block
+// (every lane of the warp calls it) and returns d.
+__device__ __forceinline__ float q8k_levels(const float (&x)[8], int (&q)[8]) {
+    float hi = x[0], lo = x[0];
+#pragma unroll
+    for (int k = 1; k < 8; k++) {
+        hi = fmaxf(hi, x[k]);
+        lo = fminf(lo, x[k]);
+    }
+    hi = warp_max(hi);
+    lo = -warp_max(-lo);
+    float mx = hi < -lo ? lo : hi;
+    if (mx == 0.f) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = 0;
+        return 0.f;
+    }
+    float iscale = -127.f / mx;
+#pragma unroll
+    for (int k = 0; k < 8; k++) q[k] = min((int)rintf(__fmul_rn(iscale, x[k])), 127);
+    return 1.f / iscale;
+}
+
+__device__ __forceinline__ void load8(const float* a, float (&x)[8]) {
+    float4 v0 = *(const float4*)a, v1 = *(const float4*)(a + 4);
+    x[0] = v0.x, x[1] = v0.y, x[2] = v0.z, x[3] = v0.w;
+    x[4] = v1.x, x[5] = v1.y, x[6] = v1.z, x[7] = v1.w;
+}
+
+// q8k_store writes lane's 8 levels q of super-block sb of row r, and
+// from the even lanes the sums of 16 and from lane 0 d, as quantize_q8k.
+__device__ __forceinline__ void q8k_store(signed char* qa, q8k_rec* ds, u64 at, u64 rec, const int (&q)[8], float d,
+                                          int lane) {
+    u32 lo = 0, hi = 0;
+    int s = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo |= (u32)(q[k] & 255) << (8 * k);
+        hi |= (u32)(q[k + 4] & 255) << (8 * k);
+        s += q[k] + q[k + 4];
+    }
+    *(uint2*)(qa + at) = make_uint2(lo, hi);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if ((lane & 1) == 0) ds[rec].s[lane >> 1] = (short)s;
+    if (lane == 0) ds[rec].d = d;
+}
+
+// rmsnorm_q8k is rmsnorm over whole rows (group = cols, a multiple of 256)
+// that also quantizes its output as quantize_q8k does, for the K-quant
+// product that reads it next. Grid (1, rows); warps take super-blocks.
+extern "C" __global__ void rmsnorm_q8k(float* out, const float* a, const float* w, const int* meta, int which, int cols,
+                                       int group, float eps, signed char* qa, q8k_rec* ds) {
+    pdl();
+    int r = blockIdx.y;
+    if (r >= meta[which]) return;
+    const float* x = a + (u64)r * cols;
+    float* y = out + (u64)r * cols;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += x[i] * x[i];
+    ss = block_sum(ss);
+    float inv = 1.f / sqrtf(ss / (float)cols + eps);
+    int lane = threadIdx.x & 31, nsb = cols >> 8;
+    for (int sb = threadIdx.x >> 5; sb < nsb; sb += blockDim.x >> 5) {
+        int i = sb * 256 + lane * 8;
+        float v[8], g[8];
+        int q[8];
+        load8(x + i, v);
+        load8(w + i, g);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = v[k] * inv * g[k];
+        *(float4*)(y + i) = make_float4(v[0], v[1], v[2], v[3]);
+        *(float4*)(y + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        float d = q8k_levels(v, q);
+        q8k_store(qa, ds, (u64)r * cols + i, (u64)r * nsb + sb, q, d, lane);
+    }
+}
+
+// glu_q8k is glu that also quantizes its output as quantize_q8k does
+// (cols a multiple of 256). A block of 256 threads per super-block: grid
+// (cols/256, rows).
+extern "C" __global__ void glu_q8k(float* out, const float* a, const float* b, const int* meta, int which, int cols,
+                                   int act, signed char* qa, q8k_rec* ds) {
+    pdl();
+    __shared__ float part[2][8];
+    int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    if (r >= meta[which]) return;
+    u64 at = (u64)r * cols + (u64)blockIdx.x * 256 + t;
+    float v = glu_value(a[at], b[at], act);
+    out[at] = v;
+    float hi = warp_max(v), lo = -warp_max(-v);
+    if (lane == 0) part[0][warp] = hi, part[1][warp] = lo;
+    __syncthreads();
+    hi = part[0][0], lo = part[1][0];
+#pragma unroll
+    for (int k = 1; k < 8; k++) hi = fmaxf(hi, part[0][k]), lo = fminf(lo, part[1][k]);
+    float mx = hi < -lo ? lo : hi, iscale = mx != 0.f ? -127.f / mx : 0.f;
+    int q = mx != 0.f ? min((int)rintf(__fmul_rn(iscale, v)), 127) : 0;
+    qa[at] = (signed char)q;
+    for (int o = 1; o < 16; o <<= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    u64 rec = (u64)r * (cols >> 8) + blockIdx.x;
+    if ((t & 15) == 0) ds[rec].s[t >> 4] = (short)q;
+    if (t == 0) ds[rec].d = mx != 0.f ? 1.f / iscale : 0.f;
+}
+
+// quantize_q8k quantizes activation rows a [rows, K] (K a multiple of
+// 256) into levels qa [rows, K] and records ds [rows, K/256]. One warp per
+// super-block, 8 elements a lane; grid (ceil(K/256/warps), rows).
+extern "C" __global__ void quantize_q8k(signed char* qa, q8k_rec* ds, const float* a, const int* meta, int which,
+                                        int K) {
+    pdl();
+    int r = blockIdx.y;
+    if (r >= meta[which]) return;
+    int nsb = K >> 8, sb = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (sb >= nsb) return;
+    u64 at = (u64)r * K + (u64)sb * 256 + lane * 8;
+    float x[8];
+    int q[8];
+    load8(a + at, x);
+    float d = q8k_levels(x, q);
+    q8k_store(qa, ds, at, (u64)r * nsb + sb, q, d, lane);
+}
+
+// to_f16_q8k writes activation rows as f16 after rounding them to the
+// levels of quantize_q8k (d·q), for cuBLAS products by K-quant weights.
+// Grid as quantize_q8k.
+extern "C" __global__ void to_f16_q8k(u16* out, const float* a, const int* meta, int which, int K) {
+    pdl();
+    int r = blockIdx.y;
+    if (r >= meta[which]) return;
+    int sb = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (sb >= (K >> 8)) return;
+    u64 at = (u64)r * K + (u64)sb * 256 + lane * 8;
+    float x[8];
+    int q[8];
+    load8(a + at, x);
+    float d = q8k_levels(x, q);
+    u32 p[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) p[k] = f2h(d * (float)q[2 * k]) | ((u32)f2h(d * (float)q[2 * k + 1]) << 16);
+    *(uint4*)(out + at) = make_uint4(p[0], p[1], p[2], p[3]);
+}
+
+// kscale_min decodes the 6-bit scale and min of sub-block j (0..7) of a
+// Q4_K or Q5_K header h (d, dmin, then 12 bytes of scales in y, z, w).
+__device__ __forceinline__ void kscale_min(uint4 h, int j, int* sc, int* m) {
+    // Byte i of the scales, selected without indexing an array (which
+    // would put it in local memory).
+#define KB(i) ((int)((((i) < 4 ? h.y : (i) < 8 ? h.z : h.w) >> (8 * ((i) & 3))) & 255))
+    if (j < 4) {
+        *sc = KB(j) & 63;
+        *m = KB(j + 4) & 63;
+    } else {
+        *sc = (KB(j + 4) & 15) | ((KB(j - 4) >> 6) << 4);
+        *m = (KB(j + 4) >> 4) | ((KB(j) >> 6) << 4);
+    }
+#undef KB
+}
+
+// deqk returns element i of row `row` of a K-quant weight, computed with
+// package quant's float32 operations in its order.
+template <int T>
+__device__ __forceinline__ float deqk(const u8* w, long long rowBytes, long long dOff, u64 row, int i) {
+    const int KQ = kq_bytes<T>();
+    u64 nsb = (u64)rowBytes / KQ;
+    int sb = i >> 8, e = i & 255;
+    u64 blk = row * nsb + sb;
+    const u8* q = w + row * (u64)rowBytes + (u64)sb * KQ;
+    const u8* h = w + dOff + blk * 16;
+    if constexpr (T == W_Q6_K) {
+        const u16* d6 = (const u16*)(w + dOff + (u64)dOff / (u64)rowBytes * nsb * 16);
+        int hh = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        int b = q[64 * hh + 32 * (k & 1) + l];
+        int v = (k >= 2 ? b >> 4 : b & 15) | (((q[128 + 32 * hh + l] >> (2 * k)) & 3) << 4);
+        float dl = __fmul_rn(h2f(d6[blk]), (float)(signed char)h[e >> 4]);
+        return __fmul_rn(dl, (float)(v - 32));
+    } else {
+        uint4 hd = *(const uint4*)h;
+        int s = e >> 5, l = e & 31, sc, m;
+        kscale_min(hd, s, &sc, &m);
+        const u8* qs = T == W_Q5_K ? q + 32 : q;
+        int v = (qs[32 * (s >> 1) + l] >> (4 * (s & 1))) & 15;
+        if constexpr (T == W_Q5_K) v |= ((q[l] >> s) & 1) << 4;
+        float dl = __fmul_rn(h2f((u16)(hd.x & 0xffff)), (float)sc);
+        float ml = __fmul_rn(h2f((u16)(hd.x >> 16)), (float)m);
+        return __fsub_rn(__fmul_rn(dl, (float)v), ml);
+    }
+}
+
+// kq_chunk unpacks chunk c (0..7) of a super-block's quants: 16 bytes q
+// (and for Q5_K, Q6_K their high bits hb) holding 16 elements from offset
+// elo of the super-block and 16 from ehi, as levels in lo[] and hi[].
+template <int T>
+__device__ __forceinline__ void kq_chunk(int c, uint4 q, uint4 hb, int (&lo)[4], int (&hi)[4], int* elo, int* ehi) {
+    u32 qw[4] = {q.x, q.y, q.z, q.w}, hw[4] = {hb.x, hb.y, hb.z, hb.w};
+    if constexpr (T == W_Q6_K) {
+        // ql byte l of a half holds element l (low nibble) and l + 64; at
+        // 32 + l elements 32 + l and 96 + l. qh has bits 4-5 of each.
+        int isc = (c >> 1) & 1, slo = 2 * isc, shi = 4 + 2 * isc;
+        *elo = 128 * (c >> 2) + 32 * isc + 16 * (c & 1);
+        *ehi = *elo + 64;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            lo[k] = (int)((qw[k] & 0x0f0f0f0fu) | (((hw[k] >> slo) & 0x03030303u) << 4));
+            hi[k] = (int)(((qw[k] >> 4) & 0x0f0f0f0fu) | (((hw[k] >> shi) & 0x03030303u) << 4));
+        }
+    } else {
+        // qs byte 32p + l holds element 64p + l (sub-block 2p) and 64p + 32 + l.
+        int p = c >> 1;
+        *elo = 64 * p + 16 * (c & 1);
+        *ehi = *elo + 32;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            lo[k] = (int)(qw[k] & 0x0f0f0f0fu);
+            hi[k] = (int)((qw[k] >> 4) & 0x0f0f0f0fu);
+            if constexpr (T == W_Q5_K) {
+                lo[k] |= (int)(((hw[k] >> (2 * p)) & 0x01010101u) << 4);
+                hi[k] |= (int)(((hw[k] >> (2 * p + 1)) & 0x01010101u) << 4);
+            }
+        }
+    }
+}
+
+// mvk_reduce sums each row's partial dot products over its warps and
+// writes the M results of this pass (as matvec.cu's mv_reduce).
+template <int M>
+__device__ __forceinline__ void mvk_reduce(float (&acc)[M], float* out, float* resid, const float* bias, int r0, int j,
+                                           int N, bool live, int wpr, int lpr) {
+    __shared__ float part[MV_WARPS][8];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < M; k++)
+        for (int o = lpr >> 1; o > 0; o >>= 1) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+    if (wpr > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int k = 0; k < M; k++) part[warp][k] = acc[k];
+        __syncthreads();
+        if (lane == 0 && warp % wpr == 0)
+#pragma unroll
+            for (int k = 0; k < M; k++) {
+                float s = 0.f;
+                for (int w = 0; w < wpr; w++) s += part[warp + w][k];
+                acc[k] = s;
+            }
+        __syncthreads();
+    }
+    if (!live || (lane & (lpr - 1)) != 0 || warp % wpr != 0) return;
+    float bj = bias ? bias[j] : 0.f;
+#pragma unroll
+    for (int k = 0; k < M; k++) {
+        u64 at = (u64)(r0 + k) * N + j;
+        float v = acc[k] + bj;
+        out[at] = v;
+        if (resid) resid[at] += v;
+    }
+}
+
+// mvk_pass: M rows of Q8_K activations against one K-quant weight row. A
+// lane takes chunks of 16 bytes of quants, 32 elements each; per
+// sub-block the integer dot product is scaled as the CPU backend does:
+// Q4_K/Q5_K d·da·Σ sc·(q·a) − dmin·da·Σ m·Σa, Q6_K d·da·Σ sc·(q·a − 32·Σa).
+template <int T, int M>
+__device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
+                                         const u8* row, const uint4* hdr, const u16* d6, const float* bias, int r0,
+                                         int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr) {
+    const int KQ = kq_bytes<T>();
+    float acc[M];
+#pragma unroll
+    for (int k = 0; k < M; k++) acc[k] = 0.f;
+    int nsb = K >> 8, nc = nsb * 8;
+    if (live) {
+        for (int c0 = sub; c0 < nc; c0 += KV_BATCH * nsub) {
+            uint4 q[KV_BATCH], hb[KV_BATCH];
+#pragma unroll
+            for (int u = 0; u < KV_BATCH; u++) {
+                int c = c0 + u * nsub;
+                if (c >= nc) continue;
+                const u8* blk = row + (u64)(c >> 3) * KQ;
+                int cc = c & 7;
+                if constexpr (T == W_Q4_K) {
+                    q[u] = ldk(blk + cc * 16);
+                    hb[u] = make_uint4(0, 0, 0, 0);
+                } else if constexpr (T == W_Q5_K) {
+                    q[u] = ldk(blk + 32 + cc * 16);
+                    hb[u] = __ldg((const uint4*)(blk + (cc & 1) * 16));
+                } else {
+                    q[u] = ldk(blk + cc * 16);
+                    hb[u] = __ldg((const uint4*)(blk + 128 + (cc >> 2) * 32 + (cc & 1) * 16));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < KV_BATCH; u++) {
+                int c = c0 + u * nsub;
+                if (c >= nc) continue;
+                int sb = c >> 3, cc = c & 7;
+                int lo[4], hi[4], elo, ehi;
+                kq_chunk<T>(cc, q[u], hb[u], lo, hi, &elo, &ehi);
+                float d, dmin = 0.f;
+                int sclo, schi, mlo = 0, mhi = 0;
+                if constexpr (T == W_Q6_K) {
+                    const signed char* sc = (const signed char*)(hdr + sb);
+                    sclo = __ldg(sc + (elo >> 4));
+                    schi = __ldg(sc + (ehi >> 4));
+                    d = h2f(__ldg(d6 + sb));
+                } else {
+                    uint4 h = __ldg(hdr + sb);
+                    d = h2f((u16)(h.x & 0xffff));
+                    dmin = h2f((u16)(h.x >> 16));
+                    kscale_min(h, 2 * (cc >> 1), &sclo, &mlo);
+                    kscale_min(h, 2 * (cc >> 1) + 1, &schi, &mhi);
+                }
+#pragma unroll
+                for (int k = 0; k < M; k++) {
+                    const signed char* x = qa + (u64)(r0 + k) * K + (u64)sb * 256;
+                    int4 xl = *(const int4*)(x + elo), xh = *(const int4*)(x + ehi);
+                    const q8k_rec* rec = ds + (u64)(r0 + k) * nsb + sb;
+                    float da = rec->d;
+                    int slo = rec->s[elo >> 4], shi = rec->s[ehi >> 4];
+                    int dl = dp4a(lo[0], xl.x, 0);
+                    dl = dp4a(lo[1], xl.y, dl);
+                    dl = dp4a(lo[2], xl.z, dl);
+                    dl = dp4a(lo[3], xl.w, dl);
+                    int dh = dp4a(hi[0], xh.x, 0);
+                    dh = dp4a(hi[1], xh.y, dh);
+                    dh = dp4a(hi[2], xh.z, dh);
+                    dh = dp4a(hi[3], xh.w, dh);
+                    if constexpr (T == W_Q6_K) {
+                        acc[k] += (float)(sclo * (dl - 32 * slo) + schi * (dh - 32 * shi)) * (d * da);
+                    } else {
+                        acc[k] += (float)(sclo * dl + schi * dh) * (d * da) - (float)(mlo * slo + mhi * shi) * (dmin * da);
+                    }
+                }
+            }
+        }
+    }
+    mvk_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr);
+}
+
+// matvec_k is matvec.cu's matvec for K-quant weights: blocks of MV_WARPS
+// warps cover rpb output rows (8, 4, 2 or 1), looping over the groups of
+// rows, in passes of up to 8 activation rows.
+template <int T>
+__device__ void matvec_k(float* out, float* resid, const signed char* qa, const q8k_rec* ds, const u8* w,
+                         long long rowBytes, long long dOff, const float* bias, const int* meta, int which, int K,
+                         int N, int rpb) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int lpr = rpb > MV_WARPS ? 32 * MV_WARPS / rpb : 32;
+    int wpr = rpb >= MV_WARPS ? 1 : MV_WARPS / rpb;
+    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
+    int n = meta[which], groups = (N + rpb - 1) / rpb, nsb = K >> 8;
+    for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+        int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+        bool live = j < N;
+        u64 jj = live ? j : 0;
+        const u8* row = w + jj * (u64)rowBytes;
+        const uint4* hdr = (const uint4*)(w + dOff) + jj * nsb;
+        const u16* d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + jj * nsb;
+        for (int r0 = 0; r0 < n; r0 += 8) {
+            int m = min(8, n - r0);
+#define MVK_CASE(M)                                                                                                  \
+    case M:                                                                                                          \
+        mvk_pass<T, M>(out, resid, qa, ds, row, hdr, d6, bias, r0, K, N, j, live, sub, nsub, wpr, lpr);             \
+        break;
+            switch (m) {
+                MVK_CASE(1)
+                MVK_CASE(2)
+                MVK_CASE(3)
+                MVK_CASE(4)
+                MVK_CASE(5)
+                MVK_CASE(6)
+                MVK_CASE(7)
+                MVK_CASE(8)
+            }
+#undef MVK_CASE
+        }
+    }
+}
+
+template <int T>
+__device__ void embed_k(float* out, const u8* w, long long rowBytes, long long dOff, const int* meta,
+                        const int* tokens, int cols, float scale) {
+    int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= meta[0] || i >= cols) return;
+    out[(u64)r * cols + i] = deqk<T>(w, rowBytes, dOff, (u64)tokens[r], i) * scale;
+}
+
+template <int T>
+__device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long dOff, int N, int K) {
+    u64 e = ((u64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (e >= (u64)N * K) return;
+    u64 j = e / K;
+    int i = (int)(e - j * K);
+    u32 p[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        p[k] = f2h(deqk<T>(w, rowBytes, dOff, j, i + 2 * k)) | ((u32)f2h(deqk<T>(w, rowBytes, dOff, j, i + 2 * k + 1)) << 16);
+    *(uint4*)(out + e) = make_uint4(p[0], p[1], p[2], p[3]);
+}
+
+// The entry points, with the signatures of matvec.cu's and kernels.cu's.
+#define MVK_ARGS                                                                                                   \
+    float *out, float *resid, const void *x, const void *ds, const u8 *w, long long rowBytes, long long dOff,      \
+        const float *bias, const int *meta, int which, int K, int N, int rpb
+#define MVK_CALL(T)                                                                                                \
+    pdl();                                                                                                         \
+    matvec_k<T>(out, resid, (const signed char*)x, (const q8k_rec*)ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb)
+#define EMK_ARGS float *out, const u8 *w, long long rowBytes, long long dOff, const int *meta, const int *tokens, int cols, float scale
+#define DQK_ARGS u16 *out, const u8 *w, long long rowBytes, long long dOff, int N, int K
+
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K); }
+extern "C" __global__ void embed_q4_k(EMK_ARGS) { pdl(); embed_k<W_Q4_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void embed_q5_k(EMK_ARGS) { pdl(); embed_k<W_Q5_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void embed_q6_k(EMK_ARGS) { pdl(); embed_k<W_Q6_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void deq_f16_q4_k(DQK_ARGS) { pdl(); deq_f16_k<W_Q4_K>(out, w, rowBytes, dOff, N, K); }
+extern "C" __global__ void deq_f16_q5_k(DQK_ARGS) { pdl(); deq_f16_k<W_Q5_K>(out, w, rowBytes, dOff, N, K); }
+extern "C" __global__ void deq_f16_q6_k(DQK_ARGS) { pdl(); deq_f16_k<W_Q6_K>(out, w, rowBytes, dOff, N, K); }
