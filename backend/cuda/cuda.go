@@ -56,7 +56,7 @@ func kernelNames() []string {
 	names := []string{"rmsnorm", "rope", "store_kv", "attention", "attention_tiled_64", "attention_tiled_128", "add", "glu",
 		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0"}
 	for _, suffix := range weightTypes {
-		names = append(names, "embed_"+suffix, "matvec_"+suffix)
+		names = append(names, "embed_"+suffix, "matvec_"+suffix, "matvec3_"+suffix, "matvec_glu_"+suffix)
 		if suffix != "f32" && suffix != "f16" {
 			names = append(names, "deq_f16_"+suffix)
 		}
