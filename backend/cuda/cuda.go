@@ -57,8 +57,11 @@ func kernelNames() []string {
 		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0",
 		"draw_partial", "draw_pick"}
 	names = append(names, kquantKernels...)
-	for _, suffix := range weightTypes {
+	for typ, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)
+		if kLayouts[typ] == nil { // the fused kernels (plangroup.go) take the types of matvec.cu
+			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix)
+		}
 		if suffix != "f32" && suffix != "f16" {
 			names = append(names, "deq_f16_"+suffix)
 		}

@@ -230,20 +230,44 @@ extern "C" __global__ void rmsnorm(float* out, const float* a, const float* w, c
 
 // rmsnorm_q8 is rmsnorm over whole rows (group = cols, a multiple of 32)
 // that also quantizes its output as quantize_q8 does, for the product
-// that reads it next. Grid (1, rows).
+// that reads it next. Warp w of nw takes the blocks of 32 w, w+nw, ...;
+// the first NORM_HELD of them stay in registers between the sum and the
+// scaling, and their norm weights are loaded before the wait for the
+// kernel before (they do not depend on it). Grid (1, rows).
+#define NORM_HELD 4
 extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w, const int* meta, int which, int cols,
                                       int group, float eps, signed char* qa, float2* ds) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, nb = cols >> 5;
+    float wv[NORM_HELD], xv[NORM_HELD];
+#pragma unroll
+    for (int t = 0; t < NORM_HELD; t++) {
+        int b = warp + t * nw;
+        wv[t] = b < nb ? w[b * 32 + lane] : 0.f;
+    }
     pdl();
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     const float* x = a + (u64)r * cols;
     float* y = out + (u64)r * cols;
     float ss = 0.f;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += x[i] * x[i];
+#pragma unroll
+    for (int t = 0; t < NORM_HELD; t++) {
+        int b = warp + t * nw;
+        xv[t] = b < nb ? x[b * 32 + lane] : 0.f;
+        ss += xv[t] * xv[t];
+    }
+    for (int b = warp + NORM_HELD * nw; b < nb; b += nw) ss += x[b * 32 + lane] * x[b * 32 + lane];
     ss = block_sum(ss);
     float inv = 1.f / sqrtf(ss / (float)cols + eps);
-    int lane = threadIdx.x & 31, nb = cols >> 5;
-    for (int b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) {
+#pragma unroll
+    for (int t = 0; t < NORM_HELD; t++) {
+        int b = warp + t * nw;
+        if (b >= nb) break;
+        float v = xv[t] * inv * wv[t];
+        y[b * 32 + lane] = v;
+        q8_store(v, qa + (u64)r * cols + b * 32 + lane, ds + (u64)r * nb + b, lane);
+    }
+    for (int b = warp + NORM_HELD * nw; b < nb; b += nw) {
         int i = b * 32 + lane;
         float v = x[i] * inv * w[i];
         y[i] = v;

@@ -59,23 +59,22 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 // lane keeps MV_BATCH 16-byte loads in flight.
 #define MV_BATCH 4
 
-// mvq_pass: M rows of int8 activations against a Q8_0 or Q4_0 row. A
-// chunk is 16 bytes of quants: a whole block (Q4_0; byte i holds elements
-// i and i+16) or half a block (Q8_0).
-template <int T, int M>
-__device__ __forceinline__ void mvq_pass(float* out, float* resid, const signed char* qa, const float2* ds,
-                                         const u8* row, const u16* d, const float* bias, int r0, int K, int N, int j,
-                                         bool live, int sub, int nsub, int wpr, int lpr) {
-    float acc[M];
+// mvq_dot: this thread's part of M rows of int8 activations against a
+// Q8_0 or Q4_0 row, B chunks in flight. A chunk is 16 bytes of quants: a
+// whole block (Q4_0; byte i holds elements i and i+16) or half a block
+// (Q8_0).
+template <int T, int M, int B>
+__device__ __forceinline__ void mvq_dot(float (&acc)[M], const signed char* qa, const float2* ds, const u8* row,
+                                        const u16* d, int r0, int K, bool live, int sub, int nsub) {
 #pragma unroll
     for (int k = 0; k < M; k++) acc[k] = 0.f;
     int nb = K >> 5, nc = T == W_Q4_0 ? nb : K >> 4;
     if (live) {
-        for (int c0 = sub; c0 < nc; c0 += MV_BATCH * nsub) {
-            uint4 q[MV_BATCH];
-            float dw[MV_BATCH];
+        for (int c0 = sub; c0 < nc; c0 += B * nsub) {
+            uint4 q[B];
+            float dw[B];
 #pragma unroll
-            for (int u = 0; u < MV_BATCH; u++) {
+            for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
                 if (c < nc) {
                     q[u] = ldw(row + (u64)c * 16);
@@ -83,7 +82,7 @@ __device__ __forceinline__ void mvq_pass(float* out, float* resid, const signed 
                 }
             }
 #pragma unroll
-            for (int u = 0; u < MV_BATCH; u++) {
+            for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
                 if (c >= nc) continue;
                 if constexpr (T == W_Q4_0) {
@@ -122,30 +121,28 @@ __device__ __forceinline__ void mvq_pass(float* out, float* resid, const signed 
             }
         }
     }
-    mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr);
 }
 
-// mvf_pass: M float32 activation rows against an F32, F16 or BF16 row;
-// 16-byte chunks when K allows (vec), else one element per lane.
-template <int T, int M>
-__device__ __forceinline__ void mvf_pass(float* out, float* resid, const float* a, const u8* row, const float* bias,
-                                         int r0, int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr,
-                                         bool vec) {
-    float acc[M];
+// mvf_dot: this thread's part of M float32 activation rows against an
+// F32, F16 or BF16 row; 16-byte chunks (B in flight) when K allows (vec),
+// else one element per lane.
+template <int T, int M, int B>
+__device__ __forceinline__ void mvf_dot(float (&acc)[M], const float* a, const u8* row, int r0, int K, bool live,
+                                        int sub, int nsub, bool vec) {
 #pragma unroll
     for (int k = 0; k < M; k++) acc[k] = 0.f;
     if (live && vec) {
         const int per = T == W_F32 ? 4 : 8; // elements in a chunk
         int nc = K / per;
-        for (int c0 = sub; c0 < nc; c0 += MV_BATCH * nsub) {
-            uint4 q[MV_BATCH];
+        for (int c0 = sub; c0 < nc; c0 += B * nsub) {
+            uint4 q[B];
 #pragma unroll
-            for (int u = 0; u < MV_BATCH; u++) {
+            for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
                 if (c < nc) q[u] = ldw(row + (u64)c * 16);
             }
 #pragma unroll
-            for (int u = 0; u < MV_BATCH; u++) {
+            for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
                 if (c >= nc) continue;
                 u32 p[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
@@ -182,50 +179,174 @@ __device__ __forceinline__ void mvf_pass(float* out, float* resid, const float* 
             for (int k = 0; k < M; k++) acc[k] += w * a[(u64)(r0 + k) * K + i];
         }
     }
+}
+
+// mv_dot is this thread's part of the products of M activation rows (x
+// from row r0: int8 with block scales ds for Q8_0 and Q4_0, else float32)
+// with one weight row (its scales at d), B chunks in flight.
+template <int T, int M, int B>
+__device__ __forceinline__ void mv_dot(float (&acc)[M], const void* x, const float2* ds, const u8* row, const u16* d,
+                                       int r0, int K, bool live, int sub, int nsub) {
+    if constexpr (T == W_Q8_0 || T == W_Q4_0)
+        mvq_dot<T, M, B>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub);
+    else
+        mvf_dot<T, M, B>(acc, (const float*)x, row, r0, K, live, sub, nsub,
+                         T == W_F32 ? (K & 3) == 0 : (K & 7) == 0);
+}
+
+// mv_pass: M activation rows against one weight row, the results written.
+template <int T, int M, int B>
+__device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x, const float2* ds, const u8* row,
+                                        const u16* d, const float* bias, int r0, int K, int N, int j, bool live,
+                                        int sub, int nsub, int wpr, int lpr) {
+    float acc[M];
+    mv_dot<T, M, B>(acc, x, ds, row, d, r0, K, live, sub, nsub);
     mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr);
 }
 
-// matvec dispatches each pass of up to MVR rows to the pass of exactly
-// that many rows. For the quantized types x is qa and ds the block
-// scales; for the others x is the float32 activation. A block covers rpb
-// output rows: 8 (two a warp, 16 lanes each: short rows), 4 (a warp a
-// row), 2 or 1 (2 or 4 warps a row: few rows). Blocks loop over the
-// groups of rpb rows, so the grid need not cover them all.
+// mv_group computes output rows [g*rpb, g*rpb+rpb) of one weight for the
+// first n activation rows, MVR rows a pass, each pass dispatched to the
+// pass of exactly that many rows. For the quantized types x is qa and ds
+// the block scales; for the others x is the float32 activation. A block
+// covers rpb output rows: 8 (two a warp, 16 lanes each: short rows), 4 (a
+// warp a row), 2 or 1 (2 or 4 warps a row: few rows).
 template <int T>
-__device__ void matvec(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,
-                       long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) {
+__device__ __forceinline__ void mv_group(float* out, float* resid, const void* x, const float2* ds, const u8* w,
+                                         long long rowBytes, long long dOff, const float* bias, int n, int K, int N,
+                                         int rpb, int g) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int lpr = rpb > MV_WARPS ? 32 * MV_WARPS / rpb : 32; // lanes a row
     int wpr = rpb >= MV_WARPS ? 1 : MV_WARPS / rpb;     // warps a row
     int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
-    bool vec = T == W_F32 ? (K & 3) == 0 : (K & 7) == 0;
+    int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+    bool live = j < N;
+    const u8* row = w + (u64)(live ? j : 0) * rowBytes;
+    const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
+    for (int r0 = 0; r0 < n; r0 += MVR) {
+        int m = min(MVR, n - r0);
+#define MV_CASE(M)                                                                                  \
+    case M:                                                                                         \
+        mv_pass<T, M, MV_BATCH>(out, resid, x, ds, row, d, bias, r0, K, N, j, live, sub, nsub, wpr, lpr); \
+        break;
+        switch (m) {
+            MV_CASE(1)
+            MV_CASE(2)
+            MV_CASE(3)
+            MV_CASE(4)
+            MV_CASE(5)
+            MV_CASE(6)
+            MV_CASE(7)
+            MV_CASE(8)
+        }
+#undef MV_CASE
+    }
+}
+
+// matvec: out[r, j] = W[j] · x[r] (+ bias[j]) for r < meta[which]. Blocks
+// loop over the groups of rpb rows, so the grid need not cover them all.
+template <int T>
+__device__ void matvec(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,
+                       long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) {
     int n = meta[which], groups = (N + rpb - 1) / rpb;
+    for (int g = blockIdx.x; g < groups; g += gridDim.x)
+        mv_group<T>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g);
+}
+
+// matvec3 is matvec over up to three weights of one type and width that
+// read the same input (a layer's q, k and v): one launch whose groups of
+// rpb rows run over the weights' rows in turn. A weight with N = 0 is
+// absent.
+template <int T>
+__device__ void matvec3(const void* x, const float2* ds, long long rowBytes, const int* meta, int which, int K,
+                        int rpb, float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1,
+                        const u8* w1, long long dOff1, const float* bias1, int N1, float* out2, const u8* w2,
+                        long long dOff2, const float* bias2, int N2) {
+    int n = meta[which], g0 = (N0 + rpb - 1) / rpb, g1 = (N1 + rpb - 1) / rpb, g2 = (N2 + rpb - 1) / rpb;
+    for (int g = blockIdx.x; g < g0 + g1 + g2; g += gridDim.x) {
+        bool a = g < g0, b = !a && g < g0 + g1;
+        mv_group<T>(a ? out0 : b ? out1 : out2, nullptr, x, ds, a ? w0 : b ? w1 : w2, rowBytes,
+                    a ? dOff0 : b ? dOff1 : dOff2, a ? bias0 : b ? bias1 : bias2, n, K, a ? N0 : b ? N1 : N2, rpb,
+                    a ? g : b ? g - g0 : g - g0 - g1);
+    }
+}
+
+// GLU_ROWS output rows of a GLU block: one int8 block of the down
+// product's input. Each warp takes GLU_ROWS/MV_WARPS rows, 4 lanes a row.
+#define GLU_ROWS 32
+#define GLU_LANES 4
+
+// glu_pass: M activation rows against the gate and up rows j, then the
+// block's GLU_ROWS results through shared memory, so that each warp
+// writes (and quantizes, with qo set) one activation row's block.
+template <int T, int M, int B>
+__device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, signed char* qo, float2* dso,
+                                         const void* x, const float2* ds, const u8* rg, const u16* dg, const u8* ru,
+                                         const u16* du, int r0, int K, int N, int g, int j, bool live, int act) {
+    __shared__ float res[MVR][GLU_ROWS];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & (GLU_LANES - 1);
+    float ag[M], au[M];
+    mv_dot<T, M, B>(ag, x, ds, rg, dg, r0, K, live, sub, GLU_LANES);
+    mv_dot<T, M, B>(au, x, ds, ru, du, r0, K, live, sub, GLU_LANES);
+#pragma unroll
+    for (int k = 0; k < M; k++)
+        for (int o = GLU_LANES >> 1; o > 0; o >>= 1) {
+            ag[k] += __shfl_xor_sync(0xffffffffu, ag[k], o);
+            au[k] += __shfl_xor_sync(0xffffffffu, au[k], o);
+        }
+    if (live && sub == 0)
+#pragma unroll
+        for (int k = 0; k < M; k++) {
+            u64 at = (u64)(r0 + k) * N + j;
+            res[k][j - g * GLU_ROWS] = glu_value(ag[k], au[k], act);
+            if (gout) gout[at] = ag[k];
+            if (uout) uout[at] = au[k];
+        }
+    __syncthreads();
+    int i = g * GLU_ROWS + lane;
+    for (int k = warp; k < M; k += MV_WARPS) {
+        float v = i < N ? res[k][lane] : 0.f;
+        u64 at = (u64)(r0 + k) * N + i;
+        if (i < N) out[at] = v;
+        if (qo) q8_store(v, qo + at, dso + (at >> 5), lane);
+    }
+    __syncthreads();
+}
+
+// matvec_glu is the products by a gate and an up weight of one type and
+// shape that read the same input, and the GLU of the two: out[r, j] =
+// act(Wg[j] · x[r]) * (Wu[j] · x[r]). The products are also written to
+// gout and uout where those are set (their own buffers), and with qo set
+// (N a multiple of 32) the GLU is quantized as quantize_q8 does for the
+// down product. A block covers GLU_ROWS rows (one int8 block).
+template <int T>
+__device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x,
+                           const float2* ds, const u8* wg, const u8* wu, long long rowBytes, long long dOffG,
+                           long long dOffU, const int* meta, int which, int K, int N, int act) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n = meta[which], groups = (N + GLU_ROWS - 1) / GLU_ROWS;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-        int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+        int j = g * GLU_ROWS + warp * (GLU_ROWS / MV_WARPS) + lane / GLU_LANES;
         bool live = j < N;
-        const u8* row = w + (u64)(live ? j : 0) * rowBytes;
-        const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
+        u64 jr = live ? j : 0;
+        const u8 *rg = wg + jr * rowBytes, *ru = wu + jr * rowBytes;
+        const u16 *dg = (const u16*)(wg + dOffG) + jr * (K >> 5), *du = (const u16*)(wu + dOffU) + jr * (K >> 5);
         for (int r0 = 0; r0 < n; r0 += MVR) {
             int m = min(MVR, n - r0);
-#define MV_CASE(M)                                                                                              \
-    case M:                                                                                                     \
-        if constexpr (T == W_Q8_0 || T == W_Q4_0)                                                               \
-            mvq_pass<T, M>(out, resid, (const signed char*)x, ds, row, d, bias, r0, K, N, j, live, sub, nsub,   \
-                           wpr, lpr);                                                                           \
-        else                                                                                                    \
-            mvf_pass<T, M>(out, resid, (const float*)x, row, bias, r0, K, N, j, live, sub, nsub, wpr, lpr, vec); \
+#define GLU_CASE(M)                                                                                              \
+    case M:                                                                                                      \
+        glu_pass<T, M, MV_BATCH>(out, gout, uout, qo, dso, x, ds, rg, dg, ru, du, r0, K, N, g, j, live, act); \
         break;
             switch (m) {
-                MV_CASE(1)
-                MV_CASE(2)
-                MV_CASE(3)
-                MV_CASE(4)
-                MV_CASE(5)
-                MV_CASE(6)
-                MV_CASE(7)
-                MV_CASE(8)
+                GLU_CASE(1)
+                GLU_CASE(2)
+                GLU_CASE(3)
+                GLU_CASE(4)
+                GLU_CASE(5)
+                GLU_CASE(6)
+                GLU_CASE(7)
+                GLU_CASE(8)
             }
-#undef MV_CASE
+#undef GLU_CASE
         }
     }
 }
@@ -241,6 +362,42 @@ MATVEC(matvec_f16, W_F16)
 MATVEC(matvec_bf16, W_BF16)
 MATVEC(matvec_q8_0, W_Q8_0)
 MATVEC(matvec_q4_0, W_Q4_0)
+
+// The grouped and GLU kernels have more code paths than matvec; their
+// register count is held where mvGridPerSM blocks of each fit on a
+// multiprocessor at once (at 168 registers, seen with 8 loads in flight, a
+// GLU grid took two waves).
+#define MV_BLOCKS_PER_SM 4
+
+#define MATVEC3(name, T)                                                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
+        name(const void* x, const float2* ds, long long rowBytes, const int* meta, int which, int K, int rpb,      \
+             float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1, const u8* w1,    \
+             long long dOff1, const float* bias1, int N1, float* out2, const u8* w2, long long dOff2,              \
+             const float* bias2, int N2) {                                                                         \
+        pdl();                                                                                                     \
+        matvec3<T>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1, bias1, N1,  \
+                   out2, w2, dOff2, bias2, N2);                                                                    \
+    }
+MATVEC3(matvec3_f32, W_F32)
+MATVEC3(matvec3_f16, W_F16)
+MATVEC3(matvec3_bf16, W_BF16)
+MATVEC3(matvec3_q8_0, W_Q8_0)
+MATVEC3(matvec3_q4_0, W_Q4_0)
+
+#define MATVEC_GLU(name, T)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
+        name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
+             const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
+             int which, int K, int N, int act) {                                                                   \
+        pdl();                                                                                                     \
+        matvec_glu<T>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act);   \
+    }
+MATVEC_GLU(matvec_glu_f32, W_F32)
+MATVEC_GLU(matvec_glu_f16, W_F16)
+MATVEC_GLU(matvec_glu_bf16, W_BF16)
+MATVEC_GLU(matvec_glu_q8_0, W_Q8_0)
+MATVEC_GLU(matvec_glu_q4_0, W_Q4_0)
 
 // The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
 // activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),

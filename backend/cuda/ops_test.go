@@ -323,7 +323,7 @@ func opCases() []opCase {
 					Scale: 1 / float32(math.Sqrt(float64(ac.hd))), Cap: ac.softcap, Window: ac.window})
 			}})
 	}
-	return cases
+	return append(cases, fusedProductCases()...)
 }
 
 // TestOpsAgainstCPU runs every op, on random data of odd sizes, on both

@@ -52,6 +52,8 @@ const (
 	scratchW16           // a weight dequantized to f16 [N, K] for cuBLAS
 	scratchQ8K           // int8 activation rows for K-quant weights [MaxRows, K]
 	scratchQ8KRec        // their per-256 records [MaxRows, K/256] (kquant.go)
+	scratchG8            // int8 rows written by a fused GLU [MaxRows, N] while it reads scratchQ8
+	scratchG8DS          // their block scales
 	numScratch
 )
 
@@ -196,7 +198,7 @@ func describe(w *backend.Weight) (matInfo, error) {
 const (
 	elemBlock      = 256 // threads of an elementwise launch
 	mvWarps        = 4   // kernels.cu MV_WARPS
-	attentionWarps = 4
+	attentionWarps = 8   // decode attention: a warp takes every 8th position
 	maxHeadDim     = 512 // kernels.cu MAXD
 	attTileRows    = 8   // kernels.cu AT_ROWS
 	attTileKeys    = 32  // kernels.cu AT_KT
@@ -242,6 +244,7 @@ type scratchHolds struct {
 	which  int
 	cond   cond
 	kernel string // what filled it
+	area   int    // for int8 rows: scratchQ8 or scratchG8 (their scales follow)
 }
 
 func (s *planState) holds(h *scratchHolds, buf backend.BufID, which int, c cond) bool {
@@ -310,6 +313,23 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			}
 			pl.calls = append(pl.calls, c)
 			i += 2
+			continue
+		case op.Kind == backend.OpMatMul && gluFusable(p, pl, i, opt):
+			calls, err := planGLU(p, pl, st, i, opt)
+			if err != nil {
+				return nil, err
+			}
+			pl.calls = append(pl.calls, calls...)
+			i += 2
+			continue
+		case op.Kind == backend.OpMatMul && groupable(p, pl, i, opt) > 1:
+			n := groupable(p, pl, i, opt)
+			calls, err := planGroup(p, pl, st, i, n, opt)
+			if err != nil {
+				return nil, err
+			}
+			pl.calls = append(pl.calls, calls...)
+			i += n - 1
 			continue
 		case i == fusedAdd:
 			// The product wrote the sum on the matrix-vector path; the

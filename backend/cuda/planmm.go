@@ -82,7 +82,7 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 				args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.A), meta, i32(which), i32(k)}})
 			st.q8 = &scratchHolds{buf: op.A, which: which, cond: mvCond}
 		}
-		x, ds = scratch(scratchQ8), scratch(scratchQ8DS)
+		x, ds = scratch(st.q8.area), scratch(st.q8.area+1)
 		pl.need(scratchQ8, p.MaxRows*k)
 		pl.need(scratchQ8DS, p.MaxRows*k/32*8)
 	}
