@@ -74,19 +74,18 @@ func modelPaths(t *testing.T) []string {
 type pair struct {
 	t        *testing.T
 	cpu, gpu *engine.Model
-	limit    float64
 	worst    float64
 }
 
-// compare checks every row of logits ([rows, vocab]) for KL < p.limit.
-func (p *pair) compare(what string, want, got []float32) {
+// compare checks every row of logits ([rows, vocab]) for KL < limit.
+func (p *pair) compare(what string, want, got []float32, limit float64) {
 	p.t.Helper()
 	v := p.cpu.Vocab()
 	for r := 0; r < len(want)/v; r++ {
 		kl := klDiv(want[r*v:(r+1)*v], got[r*v:(r+1)*v])
 		p.worst = max(p.worst, kl)
-		if kl > p.limit {
-			p.t.Fatalf("%s row %d: KL %.3g > %.g", what, r, kl, p.limit)
+		if kl > limit {
+			p.t.Fatalf("%s row %d: KL %.3g > %.g", what, r, kl, limit)
 		}
 	}
 }
@@ -114,16 +113,22 @@ func TestModelsAgainstCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer gm.Close()
-			// Prefill chunks of more than 8 rows multiply on cuBLAS in f16:
-			// activations round there (BF16 weights convert exactly). With
-			// Q8_0 and Q4_0 weights, whose products both backends feed
-			// int8 activations, the f16 rounding of weights and
-			// activations also moves some activations of later products
-			// across an int8 level, and these small random models amplify
-			// that over their layers (KL up to 1.1e-2 seen on an H100).
-			p := &pair{t: t, cpu: cm, gpu: gm, limit: 1e-4}
+			// Prefill chunks of more than 8 rows multiply on cuBLAS in f16
+			// (activations round there; BF16 weights convert exactly), or
+			// for Q8_0 and Q4_0 weights on mmq, which does the CPU's float
+			// operations in the CPU's order (int32 sums per block of 32,
+			// each added as fma(sum, dw·da, acc), block after block). The
+			// matrix-vector kernels of smaller batches split K over lanes
+			// and scale in another order: their results differ from the
+			// CPU's in the last bits, which now and then moves an
+			// activation of a later product across an int8 level, and
+			// these small random models amplify that over their layers
+			// and positions (KL up to 2e-3 seen on an H100 after 12
+			// decode steps). The first prefill's chunks of 16 run on mmq.
+			p := &pair{t: t, cpu: cm, gpu: gm}
+			prefillLimit, limit := 1e-4, 1e-4
 			if strings.HasSuffix(path, "_0.gguf") {
-				p.limit = 3e-2
+				limit = 3e-2
 			}
 			rng := rand.New(rand.NewPCG(uint64(i), 11))
 			prompt := func(n int) []int32 {
@@ -143,7 +148,7 @@ func TestModelsAgainstCPU(t *testing.T) {
 				}
 				return c, g
 			}
-			forward := func(what string, c, g *engine.Sequence, ids []int32, all bool) []float32 {
+			forward := func(what string, c, g *engine.Sequence, ids []int32, all bool, limit float64) []float32 {
 				want, err := c.Forward(ids, all)
 				if err != nil {
 					t.Fatal(err)
@@ -152,19 +157,20 @@ func TestModelsAgainstCPU(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p.compare(what, want, got)
+				p.compare(what, want, got, limit)
 				return want
 			}
 
 			c1, g1 := seqs()
-			logits := forward("prefill", c1, g1, prompt(37), true)
+			logits := forward("prefill", c1, g1, prompt(37), true, prefillLimit)
+			t.Logf("prefill worst KL %.3g", p.worst)
 			last := logits[len(logits)-cm.Vocab():]
 			for step := range 12 {
-				last = forward("decode "+string(rune('a'+step)), c1, g1, []int32{argmax(last)}, false)
+				last = forward("decode "+string(rune('a'+step)), c1, g1, []int32{argmax(last)}, false, limit)
 			}
 
 			c2, g2 := seqs()
-			forward("second prefill", c2, g2, prompt(5), false)
+			forward("second prefill", c2, g2, prompt(5), false, limit)
 			ids := []int32{1, 2}
 			v := cm.Vocab()
 			want, got := make([]float32, 2*v), make([]float32, 2*v)
@@ -175,7 +181,7 @@ func TestModelsAgainstCPU(t *testing.T) {
 				if err := gm.Step([]*engine.Sequence{g1, g2}, ids, got); err != nil {
 					t.Fatal(err)
 				}
-				p.compare("batched step", want, got)
+				p.compare("batched step", want, got, limit)
 				ids = []int32{argmax(want[:v]), argmax(want[v:])}
 			}
 			t.Logf("worst KL %.3g", p.worst)

@@ -16,7 +16,7 @@ import (
 
 // kernelSource is the CUDA C of every kernel, compiled once per device
 // architecture, driver and NVRTC version, then cached.
-var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU
+var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU + "\n" + mmqCU
 
 var (
 	//go:embed kernels.cu
@@ -25,6 +25,8 @@ var (
 	matvecCU string
 	//go:embed attention.cu
 	attentionCU string
+	//go:embed mmq.cu
+	mmqCU string
 )
 
 // nvrtcAPI is the part of libnvrtc weft calls.
