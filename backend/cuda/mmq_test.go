@@ -119,8 +119,8 @@ func TestMMQExact(t *testing.T) {
 }
 
 // TestMMQBench times one product of 512 rows, as in a pp512 prefill, for
-// the weight shapes of Llama-3.2-1B and Llama-3-8B, on each mmq variant
-// and on cuBLAS (WEFT_MMQ=0: the f16 conversions and cublasGemmEx), when
+// the weight shapes of Llama-3.2-1B and Llama-3-8B, on mmq and on cuBLAS
+// (WEFT_MMQ=0: the f16 conversions and cublasGemmEx), when
 // WEFT_MMQ_BENCH=1. A run includes quantizing the rows and the copies of
 // the batch and of one output row.
 func TestMMQBench(t *testing.T) {
