@@ -333,6 +333,32 @@ func TestPlanMMQ(t *testing.T) {
 	if pl.scratch[scratchW16] != 0 || pl.scratch[scratchX16] != 0 {
 		t.Errorf("f16 scratch %v with mmq", pl.scratch)
 	}
+	// Small batches (the decode graphs) launch the same kernels with the
+	// same arguments with mmq as with cuBLAS.
+	cub, err := plan(b.p, planOptions{gemm: true, sms: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := func(calls []call) []call {
+		var out []call
+		for _, c := range calls {
+			if c.cond != large {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	a, c := small(pl.calls), small(cub.calls)
+	if len(a) != len(c) {
+		t.Fatalf("%d small-batch launches with mmq, %d with cuBLAS", len(a), len(c))
+	}
+	for i := range a {
+		x, y := a[i], c[i]
+		if x.op != y.op || x.kernel != y.kernel || x.gridX != y.gridX || x.gridY != y.gridY || x.block != y.block ||
+			x.shared != y.shared || x.which != y.which || !slices.Equal(x.args, y.args) {
+			t.Errorf("small-batch launch %d: %+v with mmq, %+v with cuBLAS", i, x, y)
+		}
+	}
 }
 
 // TestPlanRopeStore checks that rope of q and k by one table and the
