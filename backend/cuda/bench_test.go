@@ -1,7 +1,11 @@
 package cuda
 
 import (
+	"bufio"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,8 +16,11 @@ import (
 	"time"
 
 	"github.com/weftlm/weft/arch"
+	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/convert"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/gguf"
 	"github.com/weftlm/weft/synth"
 	"github.com/weftlm/weft/weights"
 )
@@ -129,7 +136,9 @@ func BenchmarkPrefill(b *testing.B) {
 // notes measure, into $WEFT_BENCH_SYNTH: each Hugging Face config named in
 // $WEFT_BENCH_CONFIGS (name=path, comma-separated) at Q4_0, Q8_0 and
 // BF16 (or the types in $WEFT_BENCH_TYPES), as name-TYPE.gguf, all at
-// once (one goroutine a file).
+// once (one goroutine a file). With WEFT_BENCH_FAST=1 Q8_0 and Q4_0
+// models get random quants instead of quantized normal values (fastSynth:
+// seconds instead of minutes for an 8B shape).
 func TestSynthBenchModels(t *testing.T) {
 	dir, configs := os.Getenv("WEFT_BENCH_SYNTH"), os.Getenv("WEFT_BENCH_CONFIGS")
 	if dir == "" || configs == "" {
@@ -158,13 +167,16 @@ func TestSynthBenchModels(t *testing.T) {
 				types = append(types, typ)
 			}
 		}
+		fast := os.Getenv("WEFT_BENCH_FAST") == "1"
 		for _, typ := range types {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				out := filepath.Join(dir, name+"-"+typ.String()+".gguf")
 				f, err := os.Create(out)
-				if err == nil {
+				if err == nil && fast {
+					err = fastSynth(f, c, d, typ, name)
+				} else if err == nil {
 					err = synth.Write(f, c, d, synth.Options{Type: typ, Seed: 1, Name: name})
 					if cerr := f.Close(); err == nil {
 						err = cerr
@@ -183,12 +195,132 @@ func TestSynthBenchModels(t *testing.T) {
 	}
 }
 
+// fastSynth writes what synth.Write does for a dense architecture whose
+// matrices all take typ (Q8_0 or Q4_0), with uniformly random quants and
+// block scales that give the weights synth's standard deviation, 0.02:
+// products and attention cost what they cost on any weights, and the
+// file is written at the speed of the disk.
+func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type, name string) error {
+	// Standard deviation of a quant: uniform over [-128, 127] or [-8, 7].
+	qstd := 73.9
+	if typ == ggml.Q4_0 {
+		qstd = 4.61
+	} else if typ != ggml.Q8_0 {
+		return fmt.Errorf("fastSynth: type %s, want Q8_0 or Q4_0", typ)
+	}
+	if d.QKVBias || len(d.Required) == 0 {
+		return fmt.Errorf("fastSynth: architecture %s has biases or no layers", d.Name)
+	}
+	scale := uint16(float16Bits(float32(0.02 / qstd)))
+	dim, q, kv, ffn := int64(c.Dim), int64(c.QDim()), int64(c.KVDim()), int64(c.FFNDim)
+	shape := map[string][]int64{
+		arch.AttnNorm: {dim}, arch.FFNNorm: {dim}, arch.AttnPostNorm: {dim}, arch.FFNPostNorm: {dim},
+		arch.AttnQ: {q, dim}, arch.AttnK: {kv, dim}, arch.AttnV: {kv, dim}, arch.AttnOut: {dim, q},
+		arch.AttnQNorm: {int64(c.HeadDim)}, arch.AttnKNorm: {int64(c.HeadDim)},
+		arch.FFNGate: {ffn, dim}, arch.FFNUp: {ffn, dim}, arch.FFNDown: {dim, ffn},
+	}
+	type spec struct {
+		canonical string
+		shape     []int64
+	}
+	specs := []spec{{arch.TokenEmbedding, []int64{int64(c.VocabSize), dim}}}
+	for l := range c.NLayers {
+		for _, p := range d.Required {
+			if shape[p] == nil {
+				return fmt.Errorf("fastSynth: no shape for %s", p)
+			}
+			specs = append(specs, spec{arch.Layer(p, l), shape[p]})
+		}
+	}
+	specs = append(specs, spec{arch.OutputNorm, []int64{dim}})
+	if !c.TiedEmbeddings {
+		specs = append(specs, spec{arch.Output, []int64{int64(c.VocabSize), dim}})
+	}
+	c.RopeLayout = d.GGUFRope.String()
+	gw := gguf.NewWriter()
+	convert.WriteConfig(gw, c, d, convert.Options{Type: typ, Name: name})
+	for _, kv := range synth.Tokenizer(c.VocabSize) {
+		gw.SetKV(kv.Key, kv.Value)
+	}
+	for i, sp := range specs {
+		gname, ok := convert.GGUFTensorName(sp.canonical)
+		if !ok {
+			return fmt.Errorf("fastSynth: no GGUF name for %q", sp.canonical)
+		}
+		dims := make([]uint64, len(sp.shape))
+		for j, v := range sp.shape {
+			dims[len(sp.shape)-1-j] = uint64(v)
+		}
+		rng := rand.New(rand.NewPCG(1, uint64(i)))
+		t, n := ggml.F32, sp.shape[0]
+		if len(sp.shape) == 2 {
+			t, n = typ, sp.shape[0]*sp.shape[1]
+		}
+		if err := gw.AddTensorFunc(gname, t, dims, func(out io.Writer) error {
+			return fastFill(out, t, int(n), scale, rng)
+		}); err != nil {
+			return err
+		}
+	}
+	bw := bufio.NewWriterSize(w, 4<<20)
+	if _, err := gw.WriteTo(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// fastFill writes n values of type t: F32 ones (norm gains), or blocks of
+// 32 with the f16 scale and random quant bytes.
+func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) error {
+	if t == ggml.F32 {
+		b := make([]byte, 4*n)
+		for i := range n {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(1))
+		}
+		_, err := w.Write(b)
+		return err
+	}
+	blockBytes := 34
+	if t == ggml.Q4_0 {
+		blockBytes = 18
+	}
+	const perWrite = 1 << 15
+	buf := make([]byte, perWrite*blockBytes)
+	for done := 0; done < n/32; done += perWrite {
+		nb := min(perWrite, n/32-done)
+		for b := range nb {
+			blk := buf[b*blockBytes : (b+1)*blockBytes]
+			binary.LittleEndian.PutUint16(blk, scale)
+			for i := 2; i+8 <= blockBytes; i += 8 {
+				binary.LittleEndian.PutUint64(blk[i:], rng.Uint64())
+			}
+		}
+		if _, err := w.Write(buf[:nb*blockBytes]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// float16Bits rounds a normal float32 in f16's range to f16's bits.
+func float16Bits(f float32) uint16 {
+	b := math.Float32bits(f)
+	exp := int(b>>23&0xff) - 127 + 15
+	mant := (b >> 13) & 0x3ff
+	if b>>12&1 == 1 {
+		mant++
+	}
+	return uint16(exp)<<10 + uint16(mant)
+}
+
 // TestBenchGGUF measures each GGUF in $WEFT_BENCH (comma-separated) the
 // way llama-bench does: a 512-token prompt in one batch (pp512) and 128
 // single-token decode steps from an empty cache (tg128), each after an
 // untimed warm-up, repeated; it prints the median and the spread, and the
 // weight bytes a decode step reads (the whole file but the embedding
-// table when the output matrix is separate).
+// table when the output matrix is separate). $WEFT_BENCH_MMQ, a
+// comma-separated list of WEFT_MMQ values, measures each model under
+// each; WEFT_BENCH_TG=0 skips decode.
 func TestBenchGGUF(t *testing.T) {
 	list := os.Getenv("WEFT_BENCH")
 	if list == "" {
@@ -200,7 +332,11 @@ func TestBenchGGUF(t *testing.T) {
 	} else {
 		fmt.Printf("bench: cuBLAS %s\n", name)
 	}
-	const reps = 5
+	variants := []string{os.Getenv("WEFT_MMQ")}
+	if v := os.Getenv("WEFT_BENCH_MMQ"); v != "" {
+		variants = strings.Split(v, ",")
+	}
+	decode := os.Getenv("WEFT_BENCH_TG") != "0"
 	for _, path := range strings.Split(list, ",") {
 		w, err := weights.Open(path, weights.Options{})
 		if err != nil {
@@ -221,59 +357,75 @@ func TestBenchGGUF(t *testing.T) {
 		if separateOutput {
 			perToken -= embed
 		}
-		start := time.Now()
-		m, err := engine.Load(w, gpu, engine.Options{Context: 1024, MaxBatch: 512})
-		if err != nil {
-			t.Fatal(err)
+		for _, v := range variants {
+			t.Setenv("WEFT_MMQ", v)
+			line := benchModelRuns(t, gpu, w, decode)
+			fmt.Printf("bench %s (WEFT_MMQ=%s): %.2f GB read per token, %s\n", filepath.Base(path), v, float64(perToken)/1e9, line)
 		}
-		load := time.Since(start)
-		seq, err := m.NewSequence()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rng := rand.New(rand.NewPCG(1, 2))
-		logits := make([]float32, m.Vocab())
-		prompt := make([]int32, 512)
-		pp := func() float64 {
-			for i := range prompt {
-				prompt[i] = int32(rng.IntN(m.Vocab()))
-			}
-			if err := seq.Rewind(0); err != nil {
-				t.Fatal(err)
-			}
-			t0 := time.Now()
-			if err := seq.ForwardInto(prompt, false, logits); err != nil {
-				t.Fatal(err)
-			}
-			return float64(len(prompt)) / time.Since(t0).Seconds()
-		}
-		one := []int32{0}
-		tg := func(n int) float64 {
-			if err := seq.Rewind(0); err != nil {
-				t.Fatal(err)
-			}
-			t0 := time.Now()
-			for range n {
-				one[0] = int32(rng.IntN(m.Vocab()))
-				if err := seq.ForwardInto(one, false, logits); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return float64(n) / time.Since(t0).Seconds()
-		}
-		pp()
-		tg(16)
-		var pps, tgs []float64
-		for range reps {
-			pps = append(pps, pp())
-			tgs = append(tgs, tg(128))
-		}
-		fmt.Printf("bench %s: %.2f GB read per token, load %.1fs, pp512 %s tok/s, tg128 %s tok/s\n",
-			filepath.Base(path), float64(perToken)/1e9, load.Seconds(), spread(pps), spread(tgs))
-		seq.Close()
-		m.Close()
 		w.Close()
 	}
+}
+
+// benchModelRuns loads w on gpu and returns its load time and pp512 (and
+// tg128) figures.
+func benchModelRuns(t *testing.T, gpu *Backend, w *weights.Provider, decode bool) string {
+	const reps = 5
+	start := time.Now()
+	m, err := engine.Load(w, gpu, engine.Options{Context: 1024, MaxBatch: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	load := time.Since(start)
+	seq, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	logits := make([]float32, m.Vocab())
+	prompt := make([]int32, 512)
+	pp := func() float64 {
+		for i := range prompt {
+			prompt[i] = int32(rng.IntN(m.Vocab()))
+		}
+		if err := seq.Rewind(0); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := seq.ForwardInto(prompt, false, logits); err != nil {
+			t.Fatal(err)
+		}
+		return float64(len(prompt)) / time.Since(t0).Seconds()
+	}
+	one := []int32{0}
+	tg := func(n int) float64 {
+		if err := seq.Rewind(0); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		for range n {
+			one[0] = int32(rng.IntN(m.Vocab()))
+			if err := seq.ForwardInto(one, false, logits); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return float64(n) / time.Since(t0).Seconds()
+	}
+	pp()
+	var pps, tgs []float64
+	for range reps {
+		pps = append(pps, pp())
+	}
+	line := fmt.Sprintf("load %.1fs, pp512 %s tok/s", load.Seconds(), spread(pps))
+	if decode {
+		tg(16)
+		for range reps {
+			tgs = append(tgs, tg(128))
+		}
+		line += fmt.Sprintf(", tg128 %s tok/s", spread(tgs))
+	}
+	return line
 }
 
 // spread formats the median and the range of xs.
@@ -315,5 +467,58 @@ func TestProfileDecode(t *testing.T) {
 		if err := seq.ForwardInto([]int32{int32(i + 7)}, false, logits); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestFastSynth checks that fastSynth's files load and run (on the CPU
+// backend) to finite logits, for both types.
+func TestFastSynth(t *testing.T) {
+	c := weights.Config{Architecture: "llama", NLayers: 2, Dim: 64, NHeads: 4, NKVHeads: 2, HeadDim: 16,
+		FFNDim: 128, VocabSize: 300, ContextLength: 64, NormEps: 1e-5, RopeTheta: 10000, RopeDim: 16}
+	d, _ := arch.Lookup("llama")
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0} {
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fastSynth(f, c, d, typ, "tiny"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		w, err := weights.Open(path, weights.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := engine.Load(w, cpu.New(1), engine.Options{Context: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := m.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := seq.Forward([]int32{1, 5, 299}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spread float64
+		for _, v := range logits {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("%s: logit %v", typ, v)
+			}
+			spread = max(spread, math.Abs(float64(v-logits[0])))
+		}
+		if spread == 0 {
+			t.Errorf("%s: every logit is %v", typ, logits[0])
+		}
+		seq.Close()
+		m.Close()
+		w.Close()
+	}
+	if err := fastSynth(io.Discard, c, d, ggml.BF16, "tiny"); err == nil {
+		t.Error("fastSynth wrote BF16")
 	}
 }

@@ -1,7 +1,9 @@
 // Package cuda is the NVIDIA GPU backend: it runs a backend.Program with
 // float32 activations in device memory, multiplying by weights uploaded
 // in their stored (possibly quantized) type. Decode steps replay a CUDA
-// graph of matrix-vector kernels; prefill uses cuBLAS where it loads.
+// graph of matrix-vector kernels; prefill multiplies by Q8_0 and Q4_0
+// weights on int8 tensor-core kernels (mmq.cu) and by the others through
+// cuBLAS where it loads.
 //
 // Nothing is linked at build time. The driver API (libcuda.so.1) and NVRTC
 // (libnvrtc.so.13, or .12 under an older driver) are opened at run time
@@ -55,7 +57,7 @@ type Backend struct {
 func kernelNames() []string {
 	names := []string{"rmsnorm", "rope", "store_kv", "attention", "attention_tiled_64", "attention_tiled_128", "add", "glu",
 		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0",
-		"draw_partial", "draw_pick"}
+		"draw_partial", "draw_pick", "mmq_q8_0", "mmq_q4_0"}
 	names = append(names, kquantKernels...)
 	for typ, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)

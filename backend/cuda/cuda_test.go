@@ -19,7 +19,7 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 		t.Fatal("kernels.cu is not embedded")
 	}
 	for _, name := range kernelNames() {
-		defs := []string{"void " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ","}
+		defs := []string{"void " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
@@ -153,15 +153,22 @@ func validProgram(t *testing.T) *backend.Program {
 func TestPlan(t *testing.T) {
 	for _, tc := range []struct {
 		gemm bool
+		mmq  bool
 		want []string
 	}{
-		{false, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
+		{false, false, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
 			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
-		{true, []string{"embed_q8_0", "rmsnorm_q8", "rmsnorm", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
+		{true, false, []string{"embed_q8_0", "rmsnorm_q8", "rmsnorm", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
 			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+		// mmq reads the int8 rows the fused norm writes for every batch.
+		{true, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0",
+			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
+			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+		{false, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
+			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 	} {
-		pl, err := plan(validProgram(t), planOptions{gemm: tc.gemm, sms: 4})
+		pl, err := plan(validProgram(t), planOptions{gemm: tc.gemm, sms: 4, mmq: tc.mmq})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +184,15 @@ func TestPlan(t *testing.T) {
 			kernels = append(kernels, c.kernel)
 		}
 		if !slices.Equal(kernels, tc.want) {
-			t.Errorf("gemm=%v: kernels %v\nwant %v", tc.gemm, kernels, tc.want)
+			t.Errorf("gemm=%v mmq=%v: kernels %v\nwant %v", tc.gemm, tc.mmq, kernels, tc.want)
+		}
+		for _, c := range pl.calls {
+			if strings.HasPrefix(c.kernel, "mmq") && (c.cond != large || c.block != mmqThreads || c.args[7] != weight(3)) {
+				t.Errorf("mmq launch %+v", c)
+			}
+			if c.kernel == "rmsnorm_q8" && tc.mmq && c.cond != always {
+				t.Errorf("with mmq the norm must quantize for every batch: %+v", c)
+			}
 		}
 		if m := pl.mats[0]; m.rows != 64 || m.cols != 64 || m.ggufRow != 2*34 || m.rowBytes != 64 || m.dOff != 64*64 {
 			t.Errorf("Q8_0 64x64 described as %+v", m)
@@ -193,7 +208,12 @@ func TestPlan(t *testing.T) {
 		if pl.scratch[scratchQ8] != 4*64 || pl.scratch[scratchQ8DS] != 4*2*8 {
 			t.Errorf("scratch %v", pl.scratch)
 		}
-		if tc.gemm && pl.scratch[scratchW16] != 64*64*2 {
+		// The Q4_0 weight's f16 copy, or with mmq only the BF16 one's.
+		w16 := 64 * 64 * 2
+		if tc.mmq {
+			w16 = 32 * 64 * 2
+		}
+		if tc.gemm && pl.scratch[scratchW16] != int64(w16) {
 			t.Errorf("f16 weight scratch %d bytes", pl.scratch[scratchW16])
 		}
 	}
@@ -250,6 +270,93 @@ func TestPlanFusesAndShares(t *testing.T) {
 			t.Errorf("the fused add still runs: %+v", adds)
 		case gemm && (len(adds) != 1 || adds[0].cond != large):
 			t.Errorf("with cuBLAS the add must run on large batches only: %+v", adds)
+		}
+	}
+}
+
+// TestPlanMMQ checks the mmq plan: a product followed by a residual add
+// adds on every path (the add never runs), the input of products is
+// quantized for every batch, and the attention before a Q8_0 or Q4_0
+// product quantizes its output in the decode kernel and, after the tiled
+// kernel, in a quantize_q8 of large batches.
+func TestPlanMMQ(t *testing.T) {
+	b := newProg(t, 1, 40, 1, 64, 64)
+	x, xn, q, k, v, att, o := b.buf(64), b.buf(64), b.buf(64), b.buf(32), b.buf(32), b.buf(64), b.buf(64)
+	b.cache(32, 64)
+	b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("F32", 64, 64, 1)})
+	b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(64, 1, 0.1), Eps: 1e-5, Group: 64})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: xn, W: b.mat("Q4_0", 64, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: xn, W: b.mat("Q8_0", 32, 64, 1), Bias: b.vec(32, 0, 1)})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: v, A: xn, W: b.mat("Q8_0", 32, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
+	b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: 2, NKV: 1, HeadDim: 32, Scale: 0.2})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: o, A: att, W: b.mat("Q4_0", 64, 64, 1), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpAdd, Out: x, A: x, B: o})
+	b.p.Logits = x
+	pl, err := plan(b.p, planOptions{gemm: true, sms: 4, mmq: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type launch struct {
+		op     int
+		kernel string
+		cond   cond
+	}
+	var got []launch
+	for _, c := range pl.calls {
+		if c.gemm != nil {
+			t.Fatalf("a cuBLAS product in %+v", c)
+		}
+		got = append(got, launch{c.op, c.kernel, c.cond})
+	}
+	want := []launch{{0, "embed_f32", always}, {1, "rmsnorm_q8", always},
+		{2, "matvec_q4_0", small}, {2, "mmq_q4_0", large}, {3, "mmq_q8_0", large},
+		{4, "mmq_q8_0", large}, {3, "matvec3_q8_0", small}, {5, "store_kv", always},
+		{6, "attention", small}, {6, "attention_tiled_64", large}, {6, "quantize_q8", large},
+		{7, "matvec_q4_0", small}, {7, "mmq_q4_0", large}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("launches %v\nwant %v", got, want)
+	}
+	for _, c := range pl.calls {
+		switch {
+		case c.kernel == "attention" && c.args[len(c.args)-2] != scratch(scratchQ8):
+			t.Errorf("the decode attention does not quantize its output: %+v", c.args)
+		case c.op == 7 && c.args[1] != buf(x):
+			t.Errorf("%s of the output product adds to %+v, want buffer %d", c.kernel, c.args[1], x)
+		case c.kernel == "mmq_q8_0" && c.op == 3 && (c.args[7] != weight(4) || c.args[10] != i32(64) || c.args[11] != i32(32)):
+			t.Errorf("mmq launch of k %+v", c.args)
+		case strings.HasPrefix(c.kernel, "mmq") && (c.gridY != gridOne || c.gridX != 1):
+			// 64 or 32 weight rows, 40 rows: one tile.
+			t.Errorf("mmq grid %+v", c)
+		}
+	}
+	if pl.scratch[scratchW16] != 0 || pl.scratch[scratchX16] != 0 {
+		t.Errorf("f16 scratch %v with mmq", pl.scratch)
+	}
+	// Small batches (the decode graphs) launch the same kernels with the
+	// same arguments with mmq as with cuBLAS.
+	cub, err := plan(b.p, planOptions{gemm: true, sms: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := func(calls []call) []call {
+		var out []call
+		for _, c := range calls {
+			if c.cond != large {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	a, c := small(pl.calls), small(cub.calls)
+	if len(a) != len(c) {
+		t.Fatalf("%d small-batch launches with mmq, %d with cuBLAS", len(a), len(c))
+	}
+	for i := range a {
+		x, y := a[i], c[i]
+		if x.op != y.op || x.kernel != y.kernel || x.gridX != y.gridX || x.gridY != y.gridY || x.block != y.block ||
+			x.shared != y.shared || x.which != y.which || !slices.Equal(x.args, y.args) {
+			t.Errorf("small-batch launch %d: %+v with mmq, %+v with cuBLAS", i, x, y)
 		}
 	}
 }

@@ -73,7 +73,7 @@ type boundGemm struct {
 
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
-	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms})
+	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch)})
 	if err != nil {
 		return nil, err
 	}

@@ -266,3 +266,28 @@ func TestPlanKeepsKQuantsUnfused(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanGLUWithMMQ: with mmq the gate, up and GLU keep their own
+// launches, so large batches still compute the GLU (and its int8 rows)
+// before the down product's mmq reads them.
+func TestPlanGLUWithMMQ(t *testing.T) {
+	pl, err := plan(layerProgram(t, "Q4_0", nil), planOptions{gemm: true, mmq: true, sms: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	glu, down := -1, -1
+	for i, c := range pl.calls {
+		if c.cond == small {
+			continue
+		}
+		if c.op == 8 && strings.HasPrefix(c.kernel, "glu") {
+			glu = i
+		}
+		if c.op == 9 && c.kernel == "mmq_q4_0" {
+			down = i
+		}
+	}
+	if glu < 0 || down < glu {
+		t.Errorf("large batches run the GLU at %d and the down mmq at %d: %v", glu, down, kernelsOf(pl, true))
+	}
+}

@@ -75,43 +75,49 @@ func modelPaths(t *testing.T) []string {
 type pair struct {
 	t        *testing.T
 	cpu, gpu *engine.Model
-	limit    float64
 	worst    float64
 }
 
-// compare checks every row of logits ([rows, vocab]) for KL < p.limit.
-func (p *pair) compare(what string, want, got []float32) {
+// compare checks every row of logits ([rows, vocab]) for KL < limit.
+func (p *pair) compare(what string, want, got []float32, limit float64) {
 	p.t.Helper()
 	v := p.cpu.Vocab()
 	for r := 0; r < len(want)/v; r++ {
 		kl := klDiv(want[r*v:(r+1)*v], got[r*v:(r+1)*v])
 		p.worst = max(p.worst, kl)
-		if kl > p.limit {
-			p.t.Fatalf("%s row %d: KL %.3g > %.g", what, r, kl, p.limit)
+		if kl > limit {
+			p.t.Fatalf("%s row %d: KL %.3g > %.g", what, r, kl, limit)
 		}
 	}
 }
 
 // TestModelsAgainstCPU loads every fixture on both backends and compares
 // the logits of a prefill (in chunks), of greedy decoding, and of batched
-// decode steps over two sequences.
+// decode steps over two sequences. K-quant and MLX fixtures run a second
+// time without cuBLAS, Q8_0 and Q4_0 ones a second time with mmq.
 func TestModelsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	type variant struct {
-		path   string
-		noBLAS bool
+		path        string
+		noBLAS, mmq bool
 	}
 	var variants []variant
 	for _, path := range modelPaths(t) {
 		variants = append(variants, variant{path: path})
-		if strings.HasSuffix(path, "_K.gguf") || strings.HasSuffix(path, "-mlx4") {
+		switch {
+		case strings.HasSuffix(path, "_K.gguf") || strings.HasSuffix(path, "-mlx4"):
 			variants = append(variants, variant{path: path, noBLAS: true})
+		case strings.HasSuffix(path, "_0.gguf"):
+			variants = append(variants, variant{path: path, mmq: true})
 		}
 	}
 	for i, vt := range variants {
 		path, name := vt.path, filepath.Base(vt.path)
-		if vt.noBLAS {
+		switch {
+		case vt.noBLAS:
 			name += "/no-cublas"
+		case vt.mmq:
+			name += "/mmq"
 		}
 		t.Run(name, func(t *testing.T) {
 			if vt.noBLAS {
@@ -119,6 +125,9 @@ func TestModelsAgainstCPU(t *testing.T) {
 				saved := gpu.blas
 				gpu.blas = nil
 				defer func() { gpu.blas = saved }()
+			}
+			if vt.mmq {
+				t.Setenv("WEFT_MMQ", "1")
 			}
 			w, err := weights.Open(path, weights.Options{})
 			if err != nil {
@@ -143,20 +152,30 @@ func TestModelsAgainstCPU(t *testing.T) {
 			// activations also moves some activations of later products
 			// across an int8 level, and these small random models amplify
 			// that over their layers (KL up to 1.1e-2 seen on an H100).
+			// With mmq instead, which does the CPU's float operations in
+			// the CPU's order (int32 sums per block of 32, each added as
+			// fma(sum, dw·da, acc), block after block), the first
+			// prefill's chunks of 16 agree to 1e-4 (8.6e-5 seen). The
+			// matrix-vector kernels of smaller batches split K over lanes
+			// and scale in another order: their results differ from the
+			// CPU's in the last bits, which now and then moves an
+			// activation across an int8 level (KL up to 2e-3 seen after 12
+			// decode steps), so later steps keep the wider limit.
 			// Q4_K and Q6_K weights (whose activations both backends
 			// quantize per 256 as Q8_K) do the same on cuBLAS. MLX weights
 			// run as f16 on the GPU, float32 on the CPU; with f16
 			// activations on cuBLAS too, KL reached 1.1e-4 on an H100.
 			// Both run a second time without cuBLAS, where they must agree
 			// to 1e-4 (but see below).
-			p := &pair{t: t, cpu: cm, gpu: gm, limit: 1e-4}
+			p := &pair{t: t, cpu: cm, gpu: gm}
+			limit := 1e-4
 			switch {
 			case strings.HasSuffix(path, "_0.gguf"):
-				p.limit = 3e-2
+				limit = 3e-2
 			case strings.HasSuffix(path, "_K.gguf") && !vt.noBLAS:
-				p.limit = 5e-2 // 2.9e-2 seen
+				limit = 5e-2 // 2.9e-2 seen
 			case strings.HasSuffix(path, "-mlx4") && !vt.noBLAS:
-				p.limit = 1e-3
+				limit = 1e-3
 			case vt.noBLAS && filepath.Base(path) == "qwen2-256-Q6_K.gguf":
 				// The GPU sums a K-quant product in float32 per chunk of
 				// 32 elements where the CPU scales each super-block's
@@ -167,7 +186,11 @@ func TestModelsAgainstCPU(t *testing.T) {
 				// first prefill row past 1e-4 on an H100, 3.4e-3 in a
 				// decode step with per-super-block sums; the other K
 				// fixtures agree to 1.5e-6 or better).
-				p.limit = 3e-2
+				limit = 3e-2
+			}
+			prefillLimit := limit
+			if vt.mmq {
+				prefillLimit = 1e-4
 			}
 			rng := rand.New(rand.NewPCG(uint64(i), 11))
 			prompt := func(n int) []int32 {
@@ -187,7 +210,7 @@ func TestModelsAgainstCPU(t *testing.T) {
 				}
 				return c, g
 			}
-			forward := func(what string, c, g *engine.Sequence, ids []int32, all bool) []float32 {
+			forward := func(what string, c, g *engine.Sequence, ids []int32, all bool, limit float64) []float32 {
 				want, err := c.Forward(ids, all)
 				if err != nil {
 					t.Fatal(err)
@@ -196,19 +219,20 @@ func TestModelsAgainstCPU(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p.compare(what, want, got)
+				p.compare(what, want, got, limit)
 				return want
 			}
 
 			c1, g1 := seqs()
-			logits := forward("prefill", c1, g1, prompt(37), true)
+			logits := forward("prefill", c1, g1, prompt(37), true, prefillLimit)
+			t.Logf("prefill worst KL %.3g", p.worst)
 			last := logits[len(logits)-cm.Vocab():]
 			for step := range 12 {
-				last = forward("decode "+string(rune('a'+step)), c1, g1, []int32{argmax(last)}, false)
+				last = forward("decode "+string(rune('a'+step)), c1, g1, []int32{argmax(last)}, false, limit)
 			}
 
 			c2, g2 := seqs()
-			forward("second prefill", c2, g2, prompt(5), false)
+			forward("second prefill", c2, g2, prompt(5), false, limit)
 			ids := []int32{1, 2}
 			v := cm.Vocab()
 			want, got := make([]float32, 2*v), make([]float32, 2*v)
@@ -219,7 +243,7 @@ func TestModelsAgainstCPU(t *testing.T) {
 				if err := gm.Step([]*engine.Sequence{g1, g2}, ids, got); err != nil {
 					t.Fatal(err)
 				}
-				p.compare("batched step", want, got)
+				p.compare("batched step", want, got, limit)
 				ids = []int32{argmax(want[:v]), argmax(want[v:])}
 			}
 			t.Logf("worst KL %.3g", p.worst)

@@ -16,7 +16,7 @@ import (
 
 // kernelSource is the CUDA C of every kernel, compiled once per device
 // architecture, driver and NVRTC version, then cached.
-var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU + "\n" + matvecKCU + "\n" + sampleCU
+var kernelSource = kernelsCU + "\n" + matvecCU + "\n" + attentionCU + "\n" + matvecKCU + "\n" + mmqCU + "\n" + sampleCU
 
 var (
 	//go:embed kernels.cu
@@ -27,6 +27,8 @@ var (
 	attentionCU string
 	//go:embed sample.cu
 	sampleCU string
+	//go:embed mmq.cu
+	mmqCU string
 )
 
 // nvrtcAPI is the part of libnvrtc weft calls.

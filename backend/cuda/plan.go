@@ -16,9 +16,10 @@ import (
 // A run takes one of two paths per op, by the op's row count (the batch's
 // rows, or its selected rows): up to smallRows rows, matrix products are
 // matrix-vector kernels reading each weight once per MVR rows (decode;
-// these runs are replayed as CUDA graphs), above it they go to cuBLAS on
-// f16 operands and attention to the tiled kernel (prefill). Each launch
-// carries the condition under which it runs.
+// these runs are replayed as CUDA graphs), above it they go to mmq (Q8_0
+// and Q4_0 weights, int8 tensor cores) or cuBLAS on f16 operands and
+// attention to the tiled kernel (prefill). Each launch carries the
+// condition under which it runs.
 
 // Weight storage types as kernels.cu numbers them, with the suffix of
 // their kernels.
@@ -215,6 +216,7 @@ func blocks(n, per int) uint32 { return uint32((n + per - 1) / per) }
 type planOptions struct {
 	gemm bool // cuBLAS is loaded
 	sms  int  // multiprocessors, to size matrix-vector grids
+	mmq  bool // products by Q8_0 and Q4_0 weights in large batches go to mmq (mmqOn)
 }
 
 // planned is a checked program: its launches, how each weight is stored

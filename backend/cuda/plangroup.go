@@ -125,6 +125,11 @@ func gluFusable(p *backend.Program, pl *planned, i int, opt planOptions) bool {
 	if c := q8Consumer(p, pl, i+2, opt); c != nil && *c != mvCondOf(mg, opt) {
 		return false
 	}
+	// With mmq the GLU quantizes its output for every batch size, a
+	// launch planGLU does not keep: gate, up and GLU stay op by op.
+	if mmqUsable(mg, opt) {
+		return false
+	}
 	// A K-quant product after the GLU reads Q8_K rows the fused kernel
 	// does not write (its glu_q8k does).
 	if next := i + 3; next < len(p.Ops) && p.Ops[next].Kind == backend.OpMatMul && p.Ops[next].A == glu.Out &&

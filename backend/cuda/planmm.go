@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/weftlm/weft/backend"
 )
@@ -52,16 +53,55 @@ func (m *matInfo) chunks() int {
 	return m.cols / 8
 }
 
-// gemmUsable reports whether cuBLAS takes products by m for large counts.
+// gemmUsable reports whether cuBLAS takes products by m for large counts
+// (Q8_0 and Q4_0 weights go to mmq instead where it runs).
 func gemmUsable(m *matInfo, opt planOptions) bool {
-	return opt.gemm && m.typ != "F32" && m.cols%8 == 0 && (m.typ == "F16" || int64(m.rows)*int64(m.cols)*2 <= maxW16Bytes)
+	return opt.gemm && m.typ != "F32" && m.cols%8 == 0 && !mmqUsable(m, opt) &&
+		(m.typ == "F16" || int64(m.rows)*int64(m.cols)*2 <= maxW16Bytes)
+}
+
+// mmq (mmq.cu) geometry: threads a block and a tile's weight rows and
+// activation rows.
+const (
+	mmqThreads    = 256 // MQ_THREADS
+	mmqWeightRows = 128 // MQ_W
+	mmqRows       = 64  // 16·NT
+	// mmqGridPerSM bounds an mmq grid; blocks loop over the tiles.
+	mmqGridPerSM = 16
+)
+
+// mmqOn is planOptions.mmq for a device of architecture arch: products
+// by Q8_0 and Q4_0 weights in large batches go to mmq, which computes
+// them as the CPU does, with WEFT_MMQ=1 on sm_80 and newer (mma.m16n8k32);
+// by default they go to cuBLAS as f16, which is 1.3-1.4× faster on an
+// H100 (pp512 of 8B Q4_0: 13.6k against 9.8k tok/s; NOTES.md) at the cost
+// of f16 rounding (KL to the CPU up to 1e-2 on the tiny fixtures, 1e-4
+// with mmq). mmq becomes the default once it is the faster one.
+func mmqOn(arch int) bool {
+	return arch >= 80 && os.Getenv("WEFT_MMQ") == "1"
+}
+
+// mmqUsable reports whether mmq takes products by m for large counts.
+func mmqUsable(m *matInfo, opt planOptions) bool {
+	return opt.mmq && m.quantized() && m.cols%32 == 0
+}
+
+// mmqCall is the mmq launch of a product by m (cond large), adding to the
+// residual r and the bias b where they are not null.
+func mmqCall(p *backend.Program, op *backend.Op, m *matInfo, which int, opt planOptions, r, b arg) call {
+	tiles := int(blocks(m.rows, mmqWeightRows)) * int(blocks(p.MaxRows, mmqRows))
+	return call{kernel: "mmq_" + weightTypes[m.typ], gridX: uint32(min(tiles, mmqGridPerSM*opt.sms)), gridY: gridOne,
+		block: mmqThreads, cond: large,
+		args: []arg{buf(op.Out), r, scratch(scratchQ8), scratch(scratchQ8DS), weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b,
+			metaField(-1, p.MaxRows), i32(which), i32(m.cols), i32(m.rows)}}
 }
 
 // planMatMul returns a checked product's launches: the matrix-vector
 // kernel (after quantizing the input rows to int8 for Q8_0 and Q4_0
-// weights) and, where cuBLAS can take the product, for large counts the
-// f16 conversions of input and weight, the product and the bias. resid >=
-// 0 names a residual the matrix-vector kernel adds its result to.
+// weights) and, for large counts, mmq (Q8_0 and Q4_0, on the same int8
+// rows) or, where cuBLAS can take the product, the f16 conversions of
+// input and weight, the product and the bias. resid >= 0 names a residual
+// the matrix-vector kernel and mmq add their result to.
 func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, m *matInfo, which int, opt planOptions, resid backend.BufID) []call {
 	if kLayouts[m.typ] != nil {
 		return planMatMulK(p, pl, st, op, m, which, opt, resid)
@@ -69,18 +109,21 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 	t := weightTypes[m.typ]
 	meta := metaField(-1, p.MaxRows)
 	k, n := m.cols, m.rows
-	useGemm := gemmUsable(m, opt)
-	mvCond := always
+	useGemm, useMMQ := gemmUsable(m, opt), mmqUsable(m, opt)
+	mvCond, q8Cond := always, always
 	if useGemm {
+		mvCond, q8Cond = small, small
+	}
+	if useMMQ {
 		mvCond = small
 	}
 	var calls []call
 	x, ds := buf(op.A), null
 	if m.quantized() {
-		if !st.holds(st.q8, op.A, which, mvCond) {
-			calls = append(calls, call{kernel: "quantize_q8", gridX: blocks(k/32, 8), gridY: rowsOf(which), block: 256, cond: mvCond,
+		if !st.holds(st.q8, op.A, which, q8Cond) {
+			calls = append(calls, call{kernel: "quantize_q8", gridX: blocks(k/32, 8), gridY: rowsOf(which), block: 256, cond: q8Cond,
 				args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.A), meta, i32(which), i32(k)}})
-			st.q8 = &scratchHolds{buf: op.A, which: which, cond: mvCond}
+			st.q8 = &scratchHolds{buf: op.A, which: which, cond: q8Cond}
 		}
 		x, ds = scratch(st.q8.area), scratch(st.q8.area+1)
 		pl.need(scratchQ8, p.MaxRows*k)
@@ -96,6 +139,9 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 	}
 	calls = append(calls, call{kernel: "matvec_" + t, gridX: min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms)), gridY: gridOne, block: 32 * mvWarps, cond: mvCond,
 		args: []arg{buf(op.Out), r, x, ds, weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b, meta, i32(which), i32(k), i32(n), i32(rpb)}})
+	if useMMQ {
+		return append(calls, mmqCall(p, op, m, which, opt, r, b))
+	}
 	if !useGemm {
 		return calls
 	}
@@ -155,11 +201,13 @@ func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) 
 		metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(op.NHeads), i32(op.NKV), i32(hd),
 		i32(c.Capacity), f32(op.Scale), f32(op.Cap), i32(op.Window)}
 	tiles := hd%4 == 0 && hd <= 128
-	// The decode kernel quantizes its output for a following product
-	// wherever it is the only kernel that runs on such batches.
-	q8, ds := null, null
-	if st.fuse != nil && !st.fuseK && hd%32 == 0 && (!tiles || *st.fuse == small) {
+	// The decode kernel quantizes its output for a following product; where
+	// that product reads int8 rows in large batches too (mmq), a
+	// quantize_q8 after the tiled kernel does it there.
+	q8, ds, requant := null, null, false
+	if st.fuse != nil && !st.fuseK && hd%32 == 0 {
 		q8, ds, st.fused = scratch(scratchQ8), scratch(scratchQ8DS), true
+		requant = tiles && *st.fuse == always
 	}
 	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
 		shared: uint32(4 * attentionWarps * (hd + 2)), args: append(append([]arg(nil), args...), q8, ds), which: metaRows}
@@ -173,6 +221,11 @@ func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) 
 	dec.cond = small
 	tiled := call{kernel: kernel, gridX: uint32(op.NKV), gridY: gridTiles, block: 32 * attTileWarps, cond: large, which: metaRows,
 		shared: uint32(4 * (attTileKeys*(hd+4) + attTileKeys*hd + attTileWarps*qpw*hd + attTileWarps*attTileKeys)), args: args}
+	if requant {
+		cols := op.NHeads * hd
+		return []call{dec, tiled, {kernel: "quantize_q8", gridX: blocks(cols/32, 8), gridY: gridAll, block: 256, cond: large, which: metaRows,
+			args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.Out), meta, i32(metaRows), i32(cols)}}}, nil
+	}
 	return []call{dec, tiled}, nil
 }
 
