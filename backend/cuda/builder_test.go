@@ -116,3 +116,26 @@ func newGPU(t testing.TB) *Backend {
 	})
 	return be
 }
+
+// dequantized is matrix w as float32, by package quant.
+func (b *progBuilder) dequantized(w backend.WeightID) []float32 {
+	tensor := b.p.Weights[w].Tensor
+	out := make([]float32, tensor.Rows()*tensor.Cols())
+	if err := quant.Dequantize(tensor.GGML, b.p.Weights[w].Data.Bytes, out); err != nil {
+		b.t.Fatal(err)
+	}
+	return out
+}
+
+// tokenBatch is rows tokens drawn from [0, vocab) at positions 0, 1, … of
+// slot 0, every row selected.
+func tokenBatch(rng *rand.Rand, rows, vocab int) *backend.Batch {
+	bt := &backend.Batch{}
+	for r := range rows {
+		bt.Tokens = append(bt.Tokens, int32(rng.IntN(vocab)))
+		bt.Pos = append(bt.Pos, int32(r))
+		bt.Slots = append(bt.Slots, 0)
+		bt.Selected = append(bt.Selected, int32(r))
+	}
+	return bt
+}

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/weftlm/weft/backend"
-	"github.com/weftlm/weft/ggml"
-	"github.com/weftlm/weft/quant"
 )
 
 // TestKQuantMatVec checks the K-quant decode kernels against quant's
@@ -31,11 +29,7 @@ func TestKQuantMatVec(t *testing.T) {
 			w := b.mat(typ, n, k, 0.5)
 			b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: w, Bias: backend.NoWeight})
 			b.p.Logits = out
-			gt, _ := ggml.ParseType(typ)
-			deq := make([]float32, n*k)
-			if err := quant.Dequantize(gt, b.p.Weights[w].Data.Bytes, deq); err != nil {
-				t.Fatal(err)
-			}
+			deq := b.dequantized(w)
 			ex, err := gpu.Compile(b.p)
 			if err != nil {
 				t.Fatal(err)
@@ -44,13 +38,7 @@ func TestKQuantMatVec(t *testing.T) {
 			rng := rand.New(rand.NewPCG(9, 9))
 			for step := range 16 {
 				rows := 1 + step%maxRows
-				bt := &backend.Batch{}
-				for r := range rows {
-					bt.Tokens = append(bt.Tokens, int32(rng.IntN(vocab)))
-					bt.Pos = append(bt.Pos, int32(r))
-					bt.Slots = append(bt.Slots, 0)
-					bt.Selected = append(bt.Selected, int32(r))
-				}
+				bt := tokenBatch(rng, rows, vocab)
 				bt.Tokens[0] = int32(3 + 2*(step%2))
 				got := make([]float32, rows*n)
 				if err := ex.Run(bt, got); err != nil {

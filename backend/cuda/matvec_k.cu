@@ -257,41 +257,6 @@ __device__ __forceinline__ void kq_chunk(int c, uint4 q, uint4 hb, int (&lo)[4],
     }
 }
 
-// mvk_reduce sums each row's partial dot products over its warps and
-// writes the M results of this pass (as matvec.cu's mv_reduce).
-template <int M>
-__device__ __forceinline__ void mvk_reduce(float (&acc)[M], float* out, float* resid, const float* bias, int r0, int j,
-                                           int N, bool live, int wpr, int lpr) {
-    __shared__ float part[MV_WARPS][8];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-    for (int k = 0; k < M; k++)
-        for (int o = lpr >> 1; o > 0; o >>= 1) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
-    if (wpr > 1) {
-        if (lane == 0)
-#pragma unroll
-            for (int k = 0; k < M; k++) part[warp][k] = acc[k];
-        __syncthreads();
-        if (lane == 0 && warp % wpr == 0)
-#pragma unroll
-            for (int k = 0; k < M; k++) {
-                float s = 0.f;
-                for (int w = 0; w < wpr; w++) s += part[warp + w][k];
-                acc[k] = s;
-            }
-        __syncthreads();
-    }
-    if (!live || (lane & (lpr - 1)) != 0 || warp % wpr != 0) return;
-    float bj = bias ? bias[j] : 0.f;
-#pragma unroll
-    for (int k = 0; k < M; k++) {
-        u64 at = (u64)(r0 + k) * N + j;
-        float v = acc[k] + bj;
-        out[at] = v;
-        if (resid) resid[at] += v;
-    }
-}
-
 // mvk_pass: M rows of Q8_K activations against one K-quant weight row. A
 // lane takes chunks of 16 bytes of quants, 32 elements each; per
 // sub-block the integer dot product is scaled as the CPU backend does:
@@ -370,7 +335,7 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
             }
         }
     }
-    mvk_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr);
+    mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr); // matvec.cu
 }
 
 // matvec_k is matvec.cu's matvec for K-quant weights: blocks of MV_WARPS

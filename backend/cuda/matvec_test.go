@@ -8,8 +8,6 @@ import (
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/backend/cpu"
-	"github.com/weftlm/weft/ggml"
-	"github.com/weftlm/weft/quant"
 )
 
 // quantizeRef quantizes x (a multiple of 32 long) as quantize_q8 does:
@@ -54,11 +52,7 @@ func TestQuantizedMatVec(t *testing.T) {
 			w := b.mat(typ, n, k, 0.5)
 			b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: w, Bias: backend.NoWeight})
 			b.p.Logits = out
-			gt, _ := ggml.ParseType(typ)
-			deq := make([]float32, n*k)
-			if err := quant.Dequantize(gt, b.p.Weights[w].Data.Bytes, deq); err != nil {
-				t.Fatal(err)
-			}
+			deq := b.dequantized(w)
 			ex, err := gpu.Compile(b.p)
 			if err != nil {
 				t.Fatal(err)
@@ -67,13 +61,7 @@ func TestQuantizedMatVec(t *testing.T) {
 			rng := rand.New(rand.NewPCG(9, 9))
 			for step := range 20 {
 				rows := 1 + step%maxRows
-				bt := &backend.Batch{}
-				for r := range rows {
-					bt.Tokens = append(bt.Tokens, int32(rng.IntN(vocab)))
-					bt.Pos = append(bt.Pos, int32(r))
-					bt.Slots = append(bt.Slots, 0)
-					bt.Selected = append(bt.Selected, int32(r))
-				}
+				bt := tokenBatch(rng, rows, vocab)
 				bt.Tokens[0] = 3
 				got := make([]float32, rows*n)
 				if err := ex.Run(bt, got); err != nil {

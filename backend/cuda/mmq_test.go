@@ -63,11 +63,7 @@ func TestMMQExact(t *testing.T) {
 				b.op(backend.Op{Kind: backend.OpAdd, Out: x, A: x, B: out})
 			}
 			b.p.Logits = x
-			gt, _ := ggml.ParseType(tc.typ)
-			deq := make([]float32, tc.n*tc.k)
-			if err := quant.Dequantize(gt, b.p.Weights[w].Data.Bytes, deq); err != nil {
-				t.Fatal(err)
-			}
+			deq := b.dequantized(w)
 			ex, err := gpu.Compile(b.p)
 			if err != nil {
 				t.Fatal(err)
@@ -75,13 +71,7 @@ func TestMMQExact(t *testing.T) {
 			defer ex.Close()
 			rng := rand.New(rand.NewPCG(5, 5))
 			for _, rows := range []int{9, 64, 65, maxRows, 17, 128, 129} {
-				bt := &backend.Batch{}
-				for r := range rows {
-					bt.Tokens = append(bt.Tokens, int32(rng.IntN(tc.n)))
-					bt.Pos = append(bt.Pos, int32(r))
-					bt.Slots = append(bt.Slots, 0)
-					bt.Selected = append(bt.Selected, int32(r))
-				}
+				bt := tokenBatch(rng, rows, tc.n)
 				bt.Tokens[rows/2] = 2
 				got := make([]float32, rows*tc.n)
 				if err := ex.Run(bt, got); err != nil {
