@@ -21,7 +21,7 @@ import (
 // variants add a bias and a residual.
 func TestMMQExact(t *testing.T) {
 	gpu := newGPU(t)
-	t.Setenv("WEFT_MMQ", "")
+	t.Setenv("WEFT_MMQ", "1")
 	if !mmqOn(gpu.target.arch) {
 		t.Skipf("no mma.m16n8k32 on sm_%d", gpu.target.arch)
 	}
@@ -153,7 +153,7 @@ func TestMMQBench(t *testing.T) {
 				bt.Slots = append(bt.Slots, 0)
 			}
 			line := fmt.Sprintf("mmq-bench %s %5dx%5d:", typ, n, k)
-			for _, variant := range []string{"", "0"} {
+			for _, variant := range []string{"1", "0"} {
 				t.Setenv("WEFT_MMQ", variant)
 				ex, err := gpu.Compile(p)
 				if err != nil {
