@@ -1,0 +1,54 @@
+#!/bin/bash
+# One device call that checks and measures the CUDA backend: every device
+# test, weft check on the fixtures, and tg128/pp512 of random-weight models
+# of Llama-3.2-1B's and Llama-3-8B's shapes. Build on a machine with Go,
+# put the outputs in one git-ignored folder and carry it:
+#
+#   D=.device/check; mkdir -p $D
+#   CGO_ENABLED=0 go test -c -o $D/cuda.test ./backend/cuda
+#   CGO_ENABLED=0 go build -o $D/weft ./cmd/weft
+#   cp scripts/device/cuda-check.sh backend/cuda/testdata/llama-3-8b.config.json $D/
+#   cp ../shared/testdata/hf-configs/Llama-3.2-1B/config.json $D/llama-3.2-1b.config.json
+#   mkdir -p $D/shared/testdata && cp -r ../shared/testdata/gguf-stories260K $D/shared/testdata/
+#   then on the device: bash .device/check/cuda-check.sh   (carry .device/check)
+#
+# TYPES (default "Q4_0 Q8_0 BF16") and SHAPES (default "1b 8b") choose the
+# benchmark models; logs land in $OUT.
+set -u
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s]"; }
+cd "$(dirname "$0")"; D=$PWD; M=/tmp/weft-models; mkdir -p "$M"
+OUT=${OUT:-/tmp/weft-out}; mkdir -p "$OUT"
+TYPES=${TYPES:-"Q4_0 Q8_0 BF16"}; SHAPES=${SHAPES:-"1b 8b"}
+nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
+./weft info
+
+# Models in the background while the tests run (all at once, one
+# goroutine a file; WEFT_BENCH_FAST=1 draws Q8_0/Q4_0 quants at random,
+# seconds instead of minutes for the 8B shape).
+CONFIGS=""
+for s in $SHAPES; do
+  cfg=llama-3.2-1b.config.json; [ "$s" = 8b ] && cfg=llama-3-8b.config.json
+  CONFIGS="$CONFIGS${CONFIGS:+,}llama$s=$D/$cfg"
+done
+(WEFT_BENCH_FAST=1 WEFT_BENCH_SYNTH=$M WEFT_BENCH_CONFIGS=$CONFIGS WEFT_BENCH_TYPES=$(echo $TYPES | tr ' ' ,) \
+  ./cuda.test -test.run TestSynthBenchModels > "$OUT/synth.log" 2>&1; echo done > "$M/.ready") &
+
+WEFT_CUDA_REQUIRE=1 WEFT_SHARED=$D/shared ./cuda.test -test.skip "TestBenchGGUF|TestSynthBenchModels|TestProfileDecode|TestMMQBench" \
+  -test.v -test.count=1 > "$OUT/test.log" 2>&1
+echo "$(el) device tests rc=$?"
+grep -E "^(--- FAIL|FAIL|ok|PASS)|panic|    --- FAIL" "$OUT/test.log" | head -30
+echo "passed: $(grep -cE '^\s*--- PASS' "$OUT/test.log")"
+
+cd ../..
+for m in testdata/models/llama3-tiny testdata/models/quant/llama3-tiny-Q4_0.gguf testdata/models/quant/llama-256-Q4_K.gguf; do
+  "$D/weft" check -m "$m" 2>&1 | tail -2
+done
+"$D/weft" run -m "$D/shared/testdata/gguf-stories260K/stories260K.gguf" --backend cuda --temp 0 -n 40 2>&1 | tail -2; echo
+cd "$D"
+
+while [ ! -f "$M/.ready" ]; do sleep 5; done
+echo "$(el) models written"
+for f in "$M"/*.gguf; do
+  ./weft bench -m "$f" --backend cuda -p 512 -n 128 -r 3 2>&1 | grep -E "pp512|tg128" | sed "s|^|$(basename "$f") |"
+done
+echo "$(el) all done"
