@@ -101,8 +101,10 @@ func (s *scheduler) loop() {
 	var fed []int                            // tokens of each filling request's prompt in this replay
 	one := make([]int32, s.m.eng.MaxBatch()) // decode rows' tokens as one-token prompts
 	end := func(err error) {
-		for _, r := range append(active, filling...) {
-			r.out.push(item{err: err}, true)
+		for _, rs := range [][]*request{active, filling} {
+			for _, r := range rs {
+				r.out.push(item{err: err}, true)
+			}
 		}
 	}
 	for {
