@@ -88,10 +88,11 @@ func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backen
 		return nil, nil, 0, fmt.Errorf("weft: %w", err)
 	}
 	slots := max(o.parallel, 1)
-	if o.batch <= 0 {
-		o.batch = gpuBatch
+	batch := o.batch
+	if batch <= 0 {
+		batch = gpuBatch
 	}
-	plan, err := placement.Fit(footprint(w, slots, o.batch), devs, placement.Request{
+	plan, err := placement.Fit(footprint(w, slots, batch), devs, placement.Request{
 		GPULayers: o.gpuLayers, Split: o.tensorSplit, Context: ctx, ContextFixed: o.context > 0,
 		Slots: slots, Margin: placement.DefaultMargin,
 	})
@@ -117,6 +118,9 @@ func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backen
 			}
 		}
 		parts = append(parts, split.Part{Backend: be, FirstLayer: part.FirstLayer})
+	}
+	if plan.GPULayers() > 0 {
+		o.batch = batch
 	}
 	if len(parts) == 1 {
 		return parts[0].Backend, &plan, plan.Context, nil
