@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/backend/cpu"
+	"github.com/weftlm/weft/backend/cuda"
+	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/internal/testmodel"
 	"github.com/weftlm/weft/placement"
 	"github.com/weftlm/weft/weights"
@@ -372,3 +375,60 @@ type recordingGPUs struct {
 }
 
 func (g *recordingGPUs) Open(int) (backend.Backend, error) { return g.rec, nil }
+
+// capturing compiles on the CPU and keeps the last program it saw.
+type capturing struct {
+	backend.Backend
+	p *backend.Program
+}
+
+func (c *capturing) Compile(p *backend.Program) (backend.Exec, error) {
+	c.p = p
+	return c.Backend.Compile(p)
+}
+
+// TestFootprintCoversProgram: the footprint placement plans with is never
+// below what the CUDA backend allocates for the program the engine builds
+// (cuda.ProgramBytes, from the same plan Compile makes), and not far above.
+func TestFootprintCoversProgram(t *testing.T) {
+	root := filepath.Join("testdata", "models")
+	for _, tc := range []struct {
+		path              string
+		ctx, slots, batch int
+	}{
+		{filepath.Join(root, "llama3-tiny"), 64, 1, 16},
+		{filepath.Join(root, "gemma3-tiny"), 96, 2, 32}, // sliding-window layers
+		{filepath.Join(root, "quant", "llama3-tiny-Q4_0.gguf"), 64, 3, 48},
+		{filepath.Join(root, "quant", "llama-256-Q4_K.gguf"), 128, 1, 64},
+		{filepath.Join(root, "quant", "qwen3-tiny-mlx4"), 64, 1, 64}, // converted to F16 on upload
+	} {
+		t.Run(filepath.Base(tc.path), func(t *testing.T) {
+			w, err := weights.Open(tc.path, weights.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			c := &capturing{Backend: cpu.New(1)}
+			m, err := engine.Load(w, c, engine.Options{Context: tc.ctx, Slots: tc.slots, MaxBatch: tc.batch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Close()
+			actual, err := cuda.ProgramBytes(c.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fp := footprint(w, tc.slots, tc.batch)
+			est := fp.WorkBytes + fp.EmbedBytes + fp.OutputBytes - fp.SharedBytes
+			for l, b := range fp.LayerBytes {
+				est += b + int64(tc.slots)*fp.KVBytes(l, tc.ctx)
+			}
+			// What the footprint adds for the module and graphs is not
+			// in the program's own allocations.
+			est -= cuda.ModuleBytes
+			if est < actual || est > 3*actual {
+				t.Errorf("footprint of %d bytes (beside the module) for a program of %d", est, actual)
+			}
+		})
+	}
+}

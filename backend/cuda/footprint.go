@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/weights"
 )
 
@@ -27,20 +28,43 @@ func KVBytes(c *weights.Config, ctx int) int64 {
 	return 2 * 4 * int64(ctx) * int64(c.KVDim())
 }
 
+// ModuleBytes is what a device part takes beside its program's own
+// allocations: the kernel module, the captured graphs and the batch
+// staging, with room to spare.
+const ModuleBytes = 64 << 20
+
 // WorkBytes bounds the activation buffers and scratch areas of one part
 // running batches of up to maxRows rows, largest its largest matrix
-// ([rows, cols], for the f16 copy cuBLAS multiplies).
+// (for the f16 copy cuBLAS multiplies and the upload staging), plus
+// ModuleBytes.
 func WorkBytes(c *weights.Config, maxRows int, largest *weights.Tensor) int64 {
 	rows := int64(maxRows)
 	widest := int64(max(c.Dim, c.QDim(), c.FFNDim))
-	// Buffers: residual, normed, q, k, v, attention, gate, up and logits
-	// (the model code's set, with room for a second normed copy).
-	bufs := rows * int64(3*c.Dim+2*c.QDim()+2*c.KVDim()+2*c.FFNDim+c.VocabSize) * 4
-	// int8 rows with their block scales, f16 rows for cuBLAS.
-	scratch := rows*widest + rows*widest/32*8 + rows*widest*2
+	// Buffers, as engine/build.go makes them: six of Dim (residual,
+	// normed, attention output, FFN output, selected rows and their norm),
+	// q and attention, k and v, gate and up, and the logits.
+	bufs := rows * int64(6*c.Dim+2*c.QDim()+2*c.KVDim()+2*c.FFNDim+c.VocabSize) * 4
+	// Two sets of int8 rows with their scales (Q8_0-style per 32, and
+	// Q8_K per 256 or a fused GLU's output), f16 rows for cuBLAS.
+	scratch := 2*(rows*widest+rows*widest/32*8) + rows*widest*2
 	if largest != nil {
-		scratch += min(largest.Rows()*largest.Cols()*2, maxW16Bytes)
+		// The f16 copy for cuBLAS, and the staging area Q8_0 and Q4_0
+		// weights are repacked through on upload.
+		scratch += min(largest.Rows()*largest.Cols()*2, maxW16Bytes) + WeightBytes(largest)
 	}
-	const modules = 64 << 20 // kernels, graphs and the meta arrays
-	return bufs + scratch + modules
+	// The batch (meta) and the rope tables (local and global).
+	small := 4*(metaArrays+4*rows) + 2*4*int64(c.HeadDim)
+	return bufs + scratch + small + ModuleBytes
+}
+
+// ProgramBytes is the device memory Compile allocates for p — buffers,
+// weights as stored, rope tables, caches, scratch areas (with cuBLAS, the
+// larger set) and the batch — beside what the driver and the kernel module
+// take. It needs no GPU.
+func ProgramBytes(p *backend.Program) (int64, error) {
+	pl, err := plan(p, planOptions{gemm: true, sms: 132})
+	if err != nil {
+		return 0, err
+	}
+	return int64(deviceBytes(p, pl)), nil
 }
