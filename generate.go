@@ -584,7 +584,7 @@ func (m *Model) decodeStep(seqs []*engine.Sequence, toks []int32, streams []*str
 	}
 	v := m.eng.Vocab()
 	if cap(buf.logits) < len(seqs)*v {
-		buf.logits = make([]float32, m.eng.MaxBatch()*v)
+		buf.logits = make([]float32, len(seqs)*v)
 	}
 	out := buf.logits[:len(seqs)*v]
 	if err := m.eng.Step(seqs, toks, out); err != nil {

@@ -203,7 +203,7 @@ func (s *scheduler) loop() {
 func (s *scheduler) fill(seqs []*engine.Sequence, prompts [][]int32, rows [][]float32, filling []*request, fed []int, buf *stepBuffers) error {
 	v := s.m.eng.Vocab()
 	if cap(buf.logits) < len(seqs)*v {
-		buf.logits = make([]float32, s.m.eng.MaxBatch()*v)
+		buf.logits = make([]float32, len(seqs)*v)
 	}
 	out := buf.logits[:len(seqs)*v]
 	if err := s.m.eng.Prefill(seqs, prompts, out); err != nil {

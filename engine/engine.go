@@ -99,7 +99,7 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 	}
 	progress("compile", 1, 1)
 	m := &Model{Weights: p, Config: cfg, Backend: be, prog: prog, exec: exec, ctx: ctx,
-		logits: make([]float32, maxBatch*cfg.VocabSize)}
+		logits: make([]float32, slots*cfg.VocabSize)}
 	for s := slots - 1; s >= 0; s-- {
 		m.free = append(m.free, s)
 	}
@@ -124,7 +124,7 @@ func (m *Model) warmUp() error {
 	m.batch.Pos = append(m.batch.Pos[:0], 0)
 	m.batch.Slots = append(m.batch.Slots[:0], 0)
 	m.batch.Selected = append(m.batch.Selected[:0], 0)
-	return m.exec.Run(&m.batch, m.logits[:m.Config.VocabSize])
+	return m.exec.Run(&m.batch, m.scratchLogits(1))
 }
 
 // Context is the most positions a sequence may hold.
@@ -272,7 +272,7 @@ func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
 		case last:
 			dst = out
 		default:
-			dst = m.logits[:v]
+			dst = m.scratchLogits(1)
 		}
 		if err := m.exec.Run(b, dst); err != nil {
 			return err
@@ -311,7 +311,7 @@ func (m *Model) StepSampled(seqs []*Sequence, tokens []int32, s []backend.Sampli
 	}
 	v := m.Config.VocabSize
 	return m.step(seqs, tokens, func(b *backend.Batch) error {
-		logits := m.logits[:len(seqs)*v]
+		logits := m.scratchLogits(len(seqs))
 		if err := m.exec.Run(b, logits); err != nil {
 			return err
 		}
@@ -412,12 +412,13 @@ func (m *Model) Prefill(seqs []*Sequence, prompts [][]int32, out []float32) erro
 			b.Selected = append(b.Selected, int32(len(b.Tokens)-1))
 			owner = append(owner, -1)
 		}
-		if err := m.exec.Run(b, m.logits[:len(b.Selected)*v]); err != nil {
+		logits := m.scratchLogits(len(b.Selected))
+		if err := m.exec.Run(b, logits); err != nil {
 			return err
 		}
 		for i, s := range owner {
 			if s >= 0 {
-				copy(out[s*v:(s+1)*v], m.logits[i*v:(i+1)*v])
+				copy(out[s*v:(s+1)*v], logits[i*v:(i+1)*v])
 			}
 		}
 		b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
@@ -508,4 +509,17 @@ func (s *Sequence) Keys(layer int) ([]float32, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// scratchLogits is rows rows of logits scratch (the caller holds mu). It
+// starts at one row per slot — a decode step's most — and grows only when
+// a replay selects more rows (prefill packing many short prompts), so a
+// wide batch does not cost [MaxBatch, Vocab] floats of host memory up
+// front (250 MiB for a 128k vocabulary at 512 rows).
+func (m *Model) scratchLogits(rows int) []float32 {
+	n := rows * m.Config.VocabSize
+	if cap(m.logits) < n {
+		m.logits = make([]float32, n)
+	}
+	return m.logits[:n]
 }
