@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -171,4 +172,26 @@ func TestParseSplit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzParseSplit: any input gives shares that are finite and
+// non-negative, or an error naming the flag; never a panic.
+func FuzzParseSplit(f *testing.F) {
+	for _, s := range []string{"", "3,1", "0.5,0.5", "1,,1", "-1", "NaN", "1e400", " 2 , 3 ", "0,0,0,1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		shares, err := ParseSplit(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "--tensor-split") {
+				t.Fatalf("error %q does not name the flag", err)
+			}
+			return
+		}
+		for _, v := range shares {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				t.Fatalf("ParseSplit(%q) gave share %v", s, v)
+			}
+		}
+	})
 }
