@@ -1,0 +1,210 @@
+package constrain
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+const personSchema = `{
+  "type": "object",
+  "properties": {
+    "name": {"type": "string"},
+    "age": {"type": "integer"},
+    "height": {"type": "number"},
+    "mood": {"enum": ["happy", "sad", "so so"]},
+    "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+    "pet": {"type": ["object", "null"], "properties": {"kind": {"const": "cat"}, "lives": {"enum": [9, 7.5, true, null]}}, "required": ["kind"]},
+    "extra": {}
+  },
+  "required": ["name", "age"],
+  "additionalProperties": false
+}`
+
+func TestSchemaDocuments(t *testing.T) {
+	s, err := CompileSchema([]byte(personSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		doc      string
+		valid    bool // every byte accepted
+		complete bool
+	}{
+		{`{"name":"Ann","age":30}`, true, true},
+		{`{"age": 30, "name": "A\"n"}`, true, true},
+		{`{ "name" : "x", "age": -4, "height": 1.5e3, "mood": "so so" }`, true, true},
+		{`{"name":"x","age":1,"tags":["a"],"pet":null}`, true, true},
+		{`{"name":"x","age":1,"tags":["a","b"],"pet":{"kind":"cat","lives":7.5}}`, true, true},
+		{`{"name":"x","age":1,"pet":{"kind":"cat","lives":true}}`, true, true},
+		{`{"name":"x","age":1,"extra":{"any":[1,{"deep":null}]}}`, true, true},
+		{`{"name":"x","age":1,"extra":"also free"}`, true, true},
+		{`{"name":"x"`, true, false},
+		{`{"name":"x"}`, false, false},           // age is required
+		{`{"name":"x","age":1.5`, false, false},  // integer
+		{`{"name":"x","age":1e3`, false, false},  // integer
+		{`{"name":1`, false, false},              // string
+		{`{"nam":`, false, false},                // not a property
+		{`{"nick":"x"`, false, false},            // not a property
+		{`{"name":"x","name":"y"`, false, false}, // written twice
+		{`{"name":"x","age":1,"mood":"glad"`, false, false},
+		{`{"name":"x","age":1,"mood":"so  so"`, false, false},
+		{`{"name":"x","age":1,"tags":[]`, false, false},            // minItems 1
+		{`{"name":"x","age":1,"tags":["a","b","c"]`, false, false}, // maxItems 2
+		{`{"name":"x","age":1,"tags":[1]`, false, false},
+		{`{"name":"x","age":1,"pet":{"lives":9}`, false, false}, // kind required
+		{`{"name":"x","age":1,"pet":{"kind":"dog"`, false, false},
+		{`{"name":"x","age":1,"pet":{"kind":"cat","lives":8}`, false, false},
+		{`{"name":"x","age":1,"pet":true`, false, false},
+		{`{"na\u006de":"x"`, false, false}, // escapes in keys are refused
+		{`["x"]`, false, false},            // an object is expected
+	} {
+		j := NewSchemaJSON(s)
+		ok := j.FeedString(tc.doc)
+		if ok != tc.valid || (ok && j.Complete() != tc.complete) {
+			t.Errorf("%s: valid %v complete %v, want %v %v", tc.doc, ok, ok && j.Complete(), tc.valid, tc.complete)
+		}
+		if ok && tc.complete {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(tc.doc), &v); err != nil {
+				t.Errorf("%s: accepted but not JSON: %v", tc.doc, err)
+			}
+		}
+	}
+}
+
+func TestSchemaArraysRefsAndLimits(t *testing.T) {
+	s, err := CompileSchema([]byte(`{
+		"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v"]}},
+		"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}`))
+	if err == nil || !strings.Contains(err.Error(), "anyOf") {
+		t.Fatalf("anyOf accepted: %v", err)
+	}
+	s, err = CompileSchema([]byte(`{
+		"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}}, "required": ["v"]}},
+		"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for doc, want := range map[string]bool{
+		`[]`:                                      true,
+		`[{"v":1},{"v":2,"next":{"v":3}}]`:        true,
+		`[{"v":1,"next":{"next":{"v":2}}}]`:       false, // inner v missing
+		`[{"v":1},{"v":1},{"v":1},{"v":1}]`:       false,
+		`[{"v":1,"next":{"v":2,"next":{"v":3}}}]`: true,
+	} {
+		j := NewSchemaJSON(s)
+		if ok := j.FeedString(doc) && j.Complete(); ok != want {
+			t.Errorf("%s: %v, want %v", doc, ok, want)
+		}
+	}
+	s, err = CompileSchema([]byte(`{"type":"array","maxItems":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := NewSchemaJSON(s); !j.FeedString("[]") || !j.Complete() {
+		t.Error("empty array refused")
+	}
+	if j := NewSchemaJSON(s); j.FeedString("[1") {
+		t.Error("an element accepted past maxItems 0")
+	}
+}
+
+func TestCompileSchemaErrors(t *testing.T) {
+	for _, tc := range []struct{ schema, want string }{
+		{`[]`, "not a JSON object"},
+		{`{"type":"string"}`, "top level"},
+		{`{}`, "top level"},
+		{`{"type":"object","properties":{"a":{"type":"date"}}}`, `/properties/a: type "date"`},
+		{`{"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true}`, "additionalProperties"},
+		{`{"type":"object","properties":{"a":{"type":"string"}},"required":["b"]}`, `"b" is not a property`},
+		{`{"type":"object","properties":{"a":{"pattern":"x"}}}`, `"pattern" is not supported`},
+		{`{"type":"object","properties":{"a\"b":{}}}`, "needs escaping"},
+		{`{"type":"array","items":{"$ref":"#/$defs/none"}}`, "does not resolve"},
+		{`{"type":"array","items":{"$ref":"http://x/y"}}`, "only local references"},
+		{`{"type":"array","minItems":3,"maxItems":2}`, "maxItems 2 < minItems 3"},
+		{`{"type":"array","minItems":-1}`, "minItems"},
+		{`{"type":"object","properties":{"a":{"enum":[]}}}`, "enum"},
+		{`{"type":"object","properties":{"a":{"enum":[{"x":1}]}}}`, "only strings"},
+	} {
+		if _, err := CompileSchema([]byte(tc.schema)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.schema, err, tc.want)
+		}
+	}
+	deep := strings.Repeat(`{"type":"array","items":`, 20) + `{"type":"string"}` + strings.Repeat("}", 20)
+	if _, err := CompileSchema([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested") {
+		t.Errorf("20 levels: %v", err)
+	}
+}
+
+// TestSchemaMasker: with a toy vocabulary the masker leaves only tokens
+// that keep the document on the schema, and end of generation only once
+// it is complete.
+func TestSchemaMasker(t *testing.T) {
+	s, err := CompileSchema([]byte(`{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"type":"integer"}},"required":["ok"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieces := []string{`{"`, `ok`, `":`, `true`, `}`, `,"`, `n`, `1.5`, `7`, `"x"`, ``, `no`}
+	eog := make([]bool, len(pieces))
+	eog[10] = true
+	m := NewMasker(pieces, eog)
+	state := NewSchemaJSON(s)
+	allowed := func() []string {
+		l := make([]float32, len(pieces))
+		m.Apply(&state, l)
+		var out []string
+		for i, v := range l {
+			if !math.IsInf(float64(v), -1) {
+				out = append(out, pieces[i])
+			}
+		}
+		return out
+	}
+	steps := []struct {
+		feed string
+		want string
+	}{
+		{"", `{"`},
+		{`{"`, `ok|n`},
+		{`n`, `":`},
+		{`":`, `7`},
+		{`7`, `,"|7`}, // no "}": ok is required
+	}
+	for _, st := range steps {
+		if !state.FeedString(st.feed) {
+			t.Fatalf("feeding %q refused", st.feed)
+		}
+		if got := strings.Join(allowed(), "|"); got != st.want {
+			t.Errorf("after %q: allowed %s, want %s", st.feed, got, st.want)
+		}
+	}
+	// "}" now would leave "ok" out: it is masked; after ok, end is allowed.
+	state.FeedString(`,"ok":true}`)
+	if got := strings.Join(allowed(), "|"); got != "" {
+		t.Errorf("after the object: %q allowed besides end of generation", got)
+	}
+}
+
+// FuzzSchema: compiling any bytes and feeding any document never panics,
+// and a document the automaton takes whole is valid JSON.
+func FuzzSchema(f *testing.F) {
+	f.Add(personSchema, `{"name":"Ann","age":30,"tags":["a"]}`)
+	f.Add(`{"type":"array","items":{"enum":[1,"a",null]},"maxItems":2}`, `[1,"a"]`)
+	f.Add(`{"$defs":{"n":{"type":"object","properties":{"x":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`, `{"x":{"x":{}}}`)
+	f.Add(`{"type":"object"}`, `{"a":[1,2,{"b":true}]}`)
+	f.Fuzz(func(t *testing.T, schema, doc string) {
+		s, err := CompileSchema([]byte(schema))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "schema: ") {
+				t.Fatalf("error %q does not say it is about the schema", err)
+			}
+			return
+		}
+		j := NewSchemaJSON(s)
+		if j.FeedString(doc) && j.Complete() && !json.Valid([]byte(doc)) {
+			t.Fatalf("accepted %q, which is not JSON", doc)
+		}
+	})
+}
