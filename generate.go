@@ -73,6 +73,10 @@ type GenerateOptions struct {
 	// the text a valid prefix may be sampled, and generation ends when the
 	// object closes.
 	JSON bool
+	// JSONSchema, when set, constrains the output to a JSON document that
+	// follows this JSON Schema (OpenAI's response_format json_schema;
+	// the subset constrain.CompileSchema describes), the same way.
+	JSONSchema []byte
 
 	// addSpecial adds BOS (per the model) when encoding the prompt;
 	// parseSpecial recognises special-token text in it (chat templates).
@@ -126,6 +130,13 @@ func WithOverflow(o Overflow) GenerateOption { return func(g *GenerateOptions) {
 
 // WithJSON constrains the output to a single JSON object.
 func WithJSON() GenerateOption { return func(g *GenerateOptions) { g.JSON = true } }
+
+// WithJSONSchema constrains the output to a JSON document following
+// schema (a JSON Schema document; constrain.CompileSchema says which
+// keywords it takes). A schema it cannot follow fails the request.
+func WithJSONSchema(schema []byte) GenerateOption {
+	return func(g *GenerateOptions) { g.JSONSchema = schema }
+}
 
 // WithLogprobs reports each token's log-probability and the top n others.
 func WithLogprobs(n int) GenerateOption {
@@ -356,11 +367,19 @@ func (m *Model) newStream(ids []int32, g GenerateOptions) (*stream, error) {
 		st.dec = noText{}
 	}
 	st.stops = newStopMatcher(g.Stop)
-	if g.JSON {
+	if g.JSON || g.JSONSchema != nil {
 		if m.tok == nil {
 			return nil, ErrNoTokenizer
 		}
-		st.json, st.masker = &constrain.JSON{}, m.jsonMasker()
+		st.json = &constrain.JSON{}
+		if g.JSONSchema != nil {
+			s, err := constrain.CompileSchema(g.JSONSchema)
+			if err != nil {
+				return nil, fmt.Errorf("weft: %w", err)
+			}
+			*st.json = constrain.NewSchemaJSON(s)
+		}
+		st.masker = m.jsonMasker()
 		st.masked = make([]float32, m.eng.Vocab())
 	}
 	return st, nil

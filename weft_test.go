@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/internal/testmodel"
 )
 
@@ -465,5 +466,46 @@ func TestCloseWhileGenerating(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("a generation never ended")
 		}
+	}
+}
+
+// TestJSONSchemaMode: with a schema, every output is a prefix the schema
+// allows, and a finished one is a document that follows it.
+func TestJSONSchemaMode(t *testing.T) {
+	m := loadStories(t)
+	schema := []byte(`{"type":"object","properties":{"mood":{"enum":["happy","sad"]},"n":{"type":"integer"}},"required":["mood","n"]}`)
+	s, err := constrain.CompileSchema(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := 0
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
+		text, _, last := collect(t, m.Generate(context.Background(), "Once upon a time", WithJSONSchema(schema), WithSeed(seed), WithTemperature(1), WithMaxTokens(120)))
+		j := constrain.NewSchemaJSON(s)
+		if !j.FeedString(text) {
+			t.Fatalf("seed %d: %q leaves the schema", seed, text)
+		}
+		if last.FinishReason == "length" {
+			continue
+		}
+		finished++
+		var obj struct {
+			Mood string `json:"mood"`
+			N    *int   `json:"n"`
+		}
+		if err := json.Unmarshal([]byte(text), &obj); err != nil || (obj.Mood != "happy" && obj.Mood != "sad") || obj.N == nil {
+			t.Errorf("seed %d: %q does not follow the schema (%v)", seed, text, err)
+		}
+	}
+	t.Logf("%d of 6 documents finished", finished)
+	if finished == 0 {
+		t.Error("no generation finished its document within 120 tokens")
+	}
+	var gotErr error
+	for _, err := range m.Generate(context.Background(), "x", WithJSONSchema([]byte(`{"type":"string"}`))) {
+		gotErr = err
+	}
+	if gotErr == nil || !strings.Contains(gotErr.Error(), "top level") {
+		t.Errorf("a schema whose top level is a string: %v", gotErr)
 	}
 }

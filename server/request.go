@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/weftlm/weft"
+	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/sample"
 )
 
@@ -52,7 +53,12 @@ type sampling struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	ResponseFormat *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict *bool           `json:"strict"`
+		} `json:"json_schema"`
 	} `json:"response_format"`
 	// Extras beyond OpenAI's API, as llama.cpp's and vLLM's servers take
 	// them.
@@ -93,8 +99,19 @@ func (s *sampling) options(vocab, defaultMax int) (weft.GenerateOptions, error) 
 		case "", "text":
 		case "json_object":
 			g.JSON = true // sampling is constrained to one JSON object
+		case "json_schema":
+			js := s.ResponseFormat.JSONSchema
+			if js == nil || len(js.Schema) == 0 || string(js.Schema) == "null" {
+				return g, badRequest("response_format", "response_format json_schema needs json_schema.schema, a JSON Schema object")
+			}
+			// Sampling follows the schema; one it cannot follow is refused
+			// rather than loosely enforced.
+			if _, err := constrain.CompileSchema(js.Schema); err != nil {
+				return g, badRequest("response_format", "response_format json_schema: %v", err)
+			}
+			g.JSONSchema = js.Schema
 		default:
-			return g, badRequest("response_format", "response_format type %q is not supported: use \"json_object\" (any JSON object) or \"text\"", s.ResponseFormat.Type)
+			return g, badRequest("response_format", "response_format type %q is not supported: use \"json_schema\", \"json_object\" or \"text\"", s.ResponseFormat.Type)
 		}
 	}
 

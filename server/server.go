@@ -24,9 +24,11 @@
 // content parts are joined with newlines, and role "developer" reads as
 // "system". It refuses, with a 400 naming the field, what it cannot do
 // faithfully: n or best_of above 1, echo, suffix, tools, non-text content
-// parts, and response_format json_schema. response_format json_object
-// constrains sampling so the reply is one JSON object. The model named in a
-// request is not checked: the server has one.
+// parts, and a json_schema it cannot follow (constrain.CompileSchema says
+// which keywords it takes). response_format json_object constrains
+// sampling so the reply is one JSON object, json_schema so that it follows
+// the schema. The model named in a request is not checked: the server has
+// one.
 package server
 
 import (

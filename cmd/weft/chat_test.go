@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,6 +126,21 @@ func TestRunCommand(t *testing.T) {
 	stdout2, _, _ := runWeft(t, "run", "-m", storiesPath(t), "-p", "Once upon a time", "-n", "20", "--seed", "5", "--threads", "1")
 	if stdout2 != stdout {
 		t.Errorf("seeded runs differ: %q vs %q", stdout, stdout2)
+	}
+	schema := filepath.Join(t.TempDir(), "schema.json")
+	if err := os.WriteFile(schema, []byte(`{"type":"object","properties":{"mood":{"enum":["happy","sad"]}},"required":["mood"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = runWeft(t, "run", "-m", storiesPath(t), "--json-schema", schema, "--seed", "1", "-n", "60")
+	var obj struct{ Mood string }
+	if code != 0 || json.Unmarshal([]byte(stdout), &obj) != nil || (obj.Mood != "happy" && obj.Mood != "sad") {
+		t.Errorf("--json-schema: exit %d, stdout %q (want {\"mood\": \"happy\" or \"sad\"}), stderr %q", code, stdout, stderr)
+	}
+	if err := os.WriteFile(schema, []byte(`{"type":"integer"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--json-schema", schema); code != 1 || !strings.Contains(stderr, "schema.json: schema: the top level") {
+		t.Errorf("bad --json-schema: exit %d, stderr %q", code, stderr)
 	}
 	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--tensor-split", "a,b"); code != 2 || !strings.Contains(stderr, "--tensor-split") {
 		t.Errorf("bad --tensor-split: exit %d, stderr %q", code, stderr)

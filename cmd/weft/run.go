@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/weftlm/weft"
+	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/placement"
 )
 
@@ -133,6 +134,8 @@ func runRunWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout
 	g := addGenFlags(fs, 256)
 	prompt := fs.String("p", "", "prompt (default: standard input when it is not a terminal; empty starts from BOS)")
 	overflow := fs.String("overflow", "error", "a prompt longer than the context: error, truncate (drop the oldest tokens) or shift (also shift the context while generating)")
+	jsonMode := fs.Bool("json", false, "constrain the output to one JSON object")
+	jsonSchema := fs.String("json-schema", "", "constrain the output to JSON following the JSON Schema in this file")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -161,6 +164,19 @@ func runRunWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout
 		opts = append(opts, weft.WithOverflow(weft.OverflowShift))
 	default:
 		return fmt.Errorf("%w: --overflow must be error, truncate or shift", errUsage)
+	}
+	if *jsonMode {
+		opts = append(opts, weft.WithJSON())
+	}
+	if *jsonSchema != "" {
+		b, err := os.ReadFile(*jsonSchema)
+		if err != nil {
+			return err
+		}
+		if _, err := constrain.CompileSchema(b); err != nil {
+			return fmt.Errorf("%s: %w", *jsonSchema, err)
+		}
+		opts = append(opts, weft.WithJSONSchema(b))
 	}
 	m, err := g.load(ctx, stderr)
 	if err != nil {

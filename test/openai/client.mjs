@@ -158,4 +158,25 @@ await check("json mode", async () => {
   }
 });
 
+await check("json schema", async () => {
+  const schema = {
+    type: "object",
+    properties: { mood: { enum: ["happy", "sad"] }, n: { type: "integer" } },
+    required: ["mood", "n"], additionalProperties: false,
+  };
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "How are you?" }],
+    response_format: { type: "json_schema", json_schema: { name: "mood", schema, strict: true } },
+    max_tokens: 120, seed: 1,
+  });
+  const text = r.choices[0].message.content;
+  assert.ok(text.startsWith("{"), `json_schema reply starts ${JSON.stringify(text.slice(0, 20))}`);
+  if (r.choices[0].finish_reason === "stop") {
+    const obj = JSON.parse(text);
+    assert.ok(["happy", "sad"].includes(obj.mood), `mood ${obj.mood}`);
+    assert.ok(Number.isInteger(obj.n), `n ${obj.n}`);
+    assert.deepEqual(Object.keys(obj).sort(), ["mood", "n"]);
+  }
+});
+
 console.log(`all ${checks} checks passed`);
