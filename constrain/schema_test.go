@@ -75,13 +75,13 @@ func TestSchemaDocuments(t *testing.T) {
 }
 
 func TestSchemaArraysRefsAndLimits(t *testing.T) {
-	s, err := CompileSchema([]byte(`{
+	_, err := CompileSchema([]byte(`{
 		"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v"]}},
 		"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}`))
 	if err == nil || !strings.Contains(err.Error(), "anyOf") {
 		t.Fatalf("anyOf accepted: %v", err)
 	}
-	s, err = CompileSchema([]byte(`{
+	s, err := CompileSchema([]byte(`{
 		"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}}, "required": ["v"]}},
 		"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}`))
 	if err != nil {
