@@ -1,43 +1,134 @@
 package constrain
 
-import "math"
+import (
+	"math"
+	"slices"
+	"strings"
+	"sync"
+)
 
 // Masker masks the tokens that would break a JSON prefix: it knows each
-// token's bytes and which tokens end generation.
+// token's bytes and which tokens end generation. It is safe for concurrent
+// use.
+//
+// The token texts are kept as a trie, so Apply feeds each distinct prefix
+// once and drops a whole subtree at the first byte the state refuses: in
+// the middle of a document most first bytes are refused, and the walk
+// touches a small part of the vocabulary's bytes.
 type Masker struct {
-	pieces []string
-	eog    []bool
+	vocab int
+	eog   []int32
+	nodes []trieNode
+	edges []trieEdge
+	toks  []int32 // token ids, grouped by the node their text ends at
+	bits  sync.Pool
+}
+
+type trieNode struct {
+	edges, edgesEnd int32 // children: edges[edges:edgesEnd]
+	toks, toksEnd   int32 // tokens whose text ends here: toks[toks:toksEnd]
+}
+
+type trieEdge struct {
+	b     byte
+	child int32
 }
 
 // NewMasker takes every token's text (empty for tokens that stand for no
 // text, such as control tokens) and which tokens end generation.
 func NewMasker(pieces []string, eog []bool) *Masker {
-	return &Masker{pieces: pieces, eog: eog}
+	m := &Masker{vocab: len(pieces)}
+	var ids []int32
+	for id, p := range pieces {
+		switch {
+		case id < len(eog) && eog[id]:
+			m.eog = append(m.eog, int32(id))
+		case p != "":
+			ids = append(ids, int32(id))
+		}
+	}
+	slices.SortFunc(ids, func(a, b int32) int { return strings.Compare(pieces[a], pieces[b]) })
+	m.nodes = append(m.nodes, trieNode{})
+	m.build(0, pieces, ids, 0)
+	words := (len(pieces) + 63) / 64
+	m.bits.New = func() any { b := make([]uint64, words); return &b }
+	return m
+}
+
+// build fills node n from ids (sorted by text, sharing their first depth
+// bytes): the tokens that end here, then one child per next byte.
+func (m *Masker) build(n int32, pieces []string, ids []int32, depth int) {
+	i := 0
+	for i < len(ids) && len(pieces[ids[i]]) == depth {
+		i++
+	}
+	m.nodes[n].toks = int32(len(m.toks))
+	m.toks = append(m.toks, ids[:i]...)
+	m.nodes[n].toksEnd = int32(len(m.toks))
+	type group struct {
+		b      byte
+		lo, hi int
+	}
+	var groups []group
+	for i < len(ids) {
+		b := pieces[ids[i]][depth]
+		j := i
+		for j < len(ids) && pieces[ids[j]][depth] == b {
+			j++
+		}
+		groups = append(groups, group{b, i, j})
+		i = j
+	}
+	m.nodes[n].edges = int32(len(m.edges))
+	for _, g := range groups {
+		m.nodes = append(m.nodes, trieNode{})
+		m.edges = append(m.edges, trieEdge{b: g.b, child: int32(len(m.nodes) - 1)})
+	}
+	m.nodes[n].edgesEnd = int32(len(m.edges))
+	for k, g := range groups {
+		m.build(m.edges[m.nodes[n].edges+int32(k)].child, pieces, ids[g.lo:g.hi], depth+1)
+	}
 }
 
 // Apply sets to -Inf the logits of tokens that cannot follow state: a
 // token is allowed when all its bytes keep the prefix valid; an
-// end-of-generation token only once the object is complete. It returns how
-// many tokens stay allowed.
+// end-of-generation token only once the document is complete. It returns
+// how many tokens stay allowed.
 func (m *Masker) Apply(state *JSON, logits []float32) int {
+	bp := m.bits.Get().(*[]uint64)
+	bits := *bp
+	clear(bits)
+	m.walk(0, *state, bits)
+	if state.Complete() {
+		for _, id := range m.eog {
+			bits[id/64] |= 1 << (id % 64)
+		}
+	}
 	negInf := float32(math.Inf(-1))
 	allowed := 0
-	complete := state.Complete()
 	for id := range logits {
-		ok := false
-		switch {
-		case id >= len(m.pieces):
-		case m.eog[id]:
-			ok = complete
-		case m.pieces[id] != "":
-			s := *state
-			ok = s.FeedString(m.pieces[id])
-		}
-		if ok {
+		if id < m.vocab && bits[id/64]&(1<<(id%64)) != 0 {
 			allowed++
 		} else {
 			logits[id] = negInf
 		}
 	}
+	m.bits.Put(bp)
 	return allowed
+}
+
+// walk marks the tokens under node n that state (having read the node's
+// prefix) accepts. The state goes by value: each branch feeds its own
+// copy, which stays on the stack.
+func (m *Masker) walk(n int32, state JSON, bits []uint64) {
+	node := m.nodes[n]
+	for _, id := range m.toks[node.toks:node.toksEnd] {
+		bits[id/64] |= 1 << (id % 64)
+	}
+	for _, e := range m.edges[node.edges:node.edgesEnd] {
+		s := state
+		if s.Feed(e.b) {
+			m.walk(e.child, s, bits)
+		}
+	}
 }

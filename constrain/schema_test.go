@@ -3,6 +3,7 @@ package constrain
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -207,4 +208,92 @@ func FuzzSchema(f *testing.F) {
 			t.Fatalf("accepted %q, which is not JSON", doc)
 		}
 	})
+}
+
+// BenchmarkMaskSchema128k masks a 128k vocabulary of short pieces in the
+// middle of a schema document.
+func BenchmarkMaskSchema128k(b *testing.B) {
+	const v = 128000
+	pieces, eog := make([]string, v), make([]bool, v)
+	words := []string{"the", " a", "\"", "{", "}", ":", ",", "1", " true", "[", "]", " \"x", "é", "\n", "name", "age", "ta", "gs"}
+	n := len(words)
+	for i := range pieces {
+		pieces[i] = words[i%n] + words[(i/n)%n] + words[(i/n/n)%n]
+	}
+	m := NewMasker(pieces, eog)
+	s, err := CompileSchema([]byte(personSchema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, at := range []string{`{"name":"Ann","age":3`, `{"name":"Ann","tags":[`, `{"na`} {
+		b.Run(at, func(b *testing.B) {
+			j := NewSchemaJSON(s)
+			if !j.FeedString(at) {
+				b.Fatal("prefix refused")
+			}
+			logits := make([]float32, v)
+			b.ResetTimer()
+			for range b.N {
+				m.Apply(&j, logits)
+			}
+		})
+	}
+}
+
+// TestMaskerMatchesBruteForce: the trie walk allows exactly the tokens
+// whose every byte the state accepts (and end of generation only when the
+// document is complete), with and without a schema, at every prefix of
+// some documents, over a vocabulary with shared prefixes, duplicates and
+// multi-byte pieces.
+func TestMaskerMatchesBruteForce(t *testing.T) {
+	words := []string{"", "{", "}", `{"`, `"`, `":`, ",", `,"`, "1", "1.", "12", "-", "e", "tr", "true", " ", "  ",
+		"name", "nam", "n", "age", "a", "ag", "tags", "[", "]", `["`, `"]`, "so", " so", "happy", "sad", "\\", "\\u00", "é", "null", "n", "x"}
+	rng := rand.New(rand.NewPCG(7, 7))
+	pieces := append([]string(nil), words...)
+	for range 3000 {
+		pieces = append(pieces, words[rng.IntN(len(words))]+words[rng.IntN(len(words))]+words[rng.IntN(len(words))])
+	}
+	eog := make([]bool, len(pieces))
+	eog[0], eog[len(pieces)-1] = true, true
+	m := NewMasker(pieces, eog)
+	schema, err := CompileSchema([]byte(personSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := []string{`{"name":"Ann","age":30,"mood":"so so","tags":["a","b"],"pet":{"kind":"cat","lives":7.5}}`, `{"a":[1,true,null],"b":{"c":-1.5e3}}`}
+	for _, withSchema := range []bool{false, true} {
+		for _, doc := range docs {
+			start := JSON{}
+			if withSchema {
+				start = NewSchemaJSON(schema)
+			}
+			for i := 0; i <= len(doc); i++ {
+				state := start
+				if !state.FeedString(doc[:i]) {
+					break // the other document leaves the schema
+				}
+				logits := make([]float32, len(pieces))
+				n := m.Apply(&state, logits)
+				want := 0
+				for id, p := range pieces {
+					ok := false
+					if eog[id] {
+						ok = state.Complete()
+					} else if p != "" {
+						s := state
+						ok = s.FeedString(p)
+					}
+					if ok {
+						want++
+					}
+					if got := !math.IsInf(float64(logits[id]), -1); got != ok {
+						t.Fatalf("schema %v, after %q: token %d %q allowed %v, want %v", withSchema, doc[:i], id, p, got, ok)
+					}
+				}
+				if n != want {
+					t.Fatalf("after %q: %d allowed, want %d", doc[:i], n, want)
+				}
+			}
+		}
+	}
 }
