@@ -18,13 +18,14 @@ func (m *Model) PromptTokens(prompt string) ([]int32, error) {
 }
 
 // ChatTokens returns the ids Chat feeds for msgs: the rendered template
-// with special-token text parsed, and BOS added only when the template did
-// not write it.
-func (m *Model) ChatTokens(msgs []Message) ([]int32, error) {
+// (with tools, tool definitions as JSON objects, when given) with
+// special-token text parsed, and BOS added only when the template did not
+// write it.
+func (m *Model) ChatTokens(msgs []Message, tools ...[]byte) ([]int32, error) {
 	if len(msgs) == 0 {
 		return nil, errNoMessages
 	}
-	text, hasBOS, err := m.ChatPrompt(msgs)
+	text, hasBOS, err := m.ChatPrompt(msgs, tools...)
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 	if err != nil {
 		return err
 	}
-	ids, err := s.m.ChatTokens(msgs)
+	tools, readCalls, err := req.tools()
+	if err != nil {
+		return err
+	}
+	ids, err := s.m.ChatTokens(msgs, tools...)
 	if err != nil {
 		if ae := toAPIError(err); ae.Status != http.StatusInternalServerError {
 			return ae
@@ -123,9 +127,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 		if err != nil {
 			return err
 		}
+		msg := chatMessage{Role: "assistant", Content: &out.text}
+		if readCalls && out.finish == "stop" {
+			if content, calls := parseToolCalls(out.text); calls != nil {
+				msg.Content, msg.ToolCalls, out.finish = nil, s.responseCalls(calls, false), "tool_calls"
+				if content != "" {
+					msg.Content = &content
+				}
+			}
+		}
 		resp := chatCompletion{ID: id, Object: "chat.completion", Created: created, Model: s.opts.ModelID,
-			Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: out.text},
-				Logprobs: s.chatLogprobs(out.logprobs, top), FinishReason: out.finish}},
+			Choices: []chatChoice{{Message: msg, Logprobs: s.chatLogprobs(out.logprobs, top), FinishReason: out.finish}},
 			Usage: usageOf(len(ids), out.generated)}
 		return writeJSON(w, http.StatusOK, resp)
 	}
@@ -143,13 +155,38 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 	if err := chunk(chatDelta{Role: "assistant", Content: &empty}, nil, nil); err != nil {
 		return err
 	}
+	// With tools, a reply that may be a call is held back until it is
+	// known: sent as calls at the end, or as text once it cannot be one.
+	// (Not with log-probabilities, which go out with their tokens.)
+	held, holding := "", readCalls && top < 0
 	out, err := s.run(r.Context(), j, start, rec, func(tok weft.Token) error {
 		var lp *chatLogprobs
 		if top >= 0 && generated(tok) {
 			lp = s.chatLogprobs([]weft.Token{tok}, top)
 		}
-		if tok.Text != "" || lp != nil {
-			text := tok.Text
+		text := tok.Text
+		if holding {
+			held += text
+			if !tok.Done && mayBeToolCall(held) {
+				return nil
+			}
+			holding, text = false, held
+			if tok.Done && tok.FinishReason == "stop" {
+				if content, calls := parseToolCalls(held); calls != nil {
+					if content != "" {
+						if err := chunk(chatDelta{Content: &content}, nil, nil); err != nil {
+							return err
+						}
+					}
+					if err := chunk(chatDelta{ToolCalls: s.responseCalls(calls, true)}, nil, nil); err != nil {
+						return err
+					}
+					finish := "tool_calls"
+					return chunk(chatDelta{}, nil, &finish)
+				}
+			}
+		}
+		if text != "" || lp != nil {
 			if err := chunk(chatDelta{Content: &text}, lp, nil); err != nil {
 				return err
 			}

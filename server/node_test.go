@@ -54,7 +54,7 @@ func TestOpenAINodeClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the OpenAI client failed: %v", err)
 	}
-	if !strings.Contains(string(out), "all 9 checks passed") {
+	if !strings.Contains(string(out), "all 10 checks passed") {
 		t.Error("the client did not report all its checks")
 	}
 }

@@ -223,6 +223,7 @@ type chatRequest struct {
 	Logprobs    *bool             `json:"logprobs"`
 	TopLogprobs *int              `json:"top_logprobs"`
 	Tools       []json.RawMessage `json:"tools"`
+	ToolChoice  json.RawMessage   `json:"tool_choice"`
 }
 
 // maxTopLogprobs is OpenAI's limit on alternatives per token (chat).
@@ -232,9 +233,6 @@ const maxTopLogprobs = 20
 func (c *chatRequest) messages() ([]weft.Message, error) {
 	if len(c.Messages) == 0 {
 		return nil, badRequest("messages", "messages is required: a non-empty array of {role, content}")
-	}
-	if len(c.Tools) > 0 {
-		return nil, badRequest("tools", "tools are not supported by this server")
 	}
 	out := make([]weft.Message, len(c.Messages))
 	for i, raw := range c.Messages {

@@ -38,9 +38,10 @@ type chatChoice struct {
 }
 
 type chatMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"` // null beside tool calls with no text
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 // chatChunk is one event of a chat stream. Usage is absent, null in
@@ -63,8 +64,9 @@ type chatChunkChoice struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 type chatLogprobs struct {

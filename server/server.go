@@ -23,12 +23,13 @@
 // fixed seed like any other; top_p 0 means the most probable token; text
 // content parts are joined with newlines, and role "developer" reads as
 // "system". It refuses, with a 400 naming the field, what it cannot do
-// faithfully: n or best_of above 1, echo, suffix, tools, non-text content
-// parts, and a json_schema it cannot follow (constrain.CompileSchema says
+// faithfully: n or best_of above 1, echo, suffix, a tool_choice that
+// forces a call, non-text content parts, and a json_schema it cannot follow (constrain.CompileSchema says
 // which keywords it takes). response_format json_object constrains
 // sampling so the reply is one JSON object, json_schema so that it follows
-// the schema. The model named in a request is not checked: the server has
-// one.
+// the schema. Tools are rendered by the model's chat template and calls in
+// the reply come back as tool_calls (tools.go). The model named in a
+// request is not checked: the server has one.
 package server
 
 import (
