@@ -138,7 +138,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 		}
 		resp := chatCompletion{ID: id, Object: "chat.completion", Created: created, Model: s.opts.ModelID,
 			Choices: []chatChoice{{Message: msg, Logprobs: s.chatLogprobs(out.logprobs, top), FinishReason: out.finish}},
-			Usage: usageOf(len(ids), out.generated)}
+			Usage:   usageOf(len(ids), out.generated)}
 		return writeJSON(w, http.StatusOK, resp)
 	}
 
