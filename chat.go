@@ -2,6 +2,7 @@ package weft
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -17,8 +18,9 @@ type Message = chat.Message
 var ErrNoChatTemplate = errors.New("weft: the model has no chat template; use Generate with a prompt you format yourself")
 
 // ChatPrompt renders messages with the model's chat template, with the
-// generation prompt added, and returns the text and whether the template
-// already wrote the BOS token.
+// generation prompt added and tools (JSON objects, OpenAI's form) as the
+// template's tools, and returns the text and whether the template already
+// wrote the BOS token.
 func (m *Model) ChatPrompt(msgs []Message, tools ...[]byte) (string, bool, error) {
 	if m.tok == nil {
 		return "", false, ErrNoTokenizer
@@ -40,6 +42,9 @@ func (m *Model) ChatPrompt(msgs []Message, tools ...[]byte) (string, bool, error
 		m.mu.Unlock()
 	}
 	in := chat.Input{Messages: msgs, AddGenerationPrompt: true}
+	for _, t := range tools {
+		in.Tools = append(in.Tools, json.RawMessage(t))
+	}
 	if bos := m.tok.BOS(); bos >= 0 {
 		in.BOSToken = m.tok.Piece(bos)
 	}
@@ -64,16 +69,10 @@ func (m *Model) Chat(ctx context.Context, msgs []Message, opts ...GenerateOption
 			yield(Token{}, fmt.Errorf("weft: chat needs at least one message"))
 			return
 		}
-		text, hasBOS, err := m.ChatPrompt(msgs)
+		ids, err := m.ChatTokens(msgs, g.Tools...)
 		if err != nil {
 			yield(Token{}, err)
 			return
-		}
-		// A template that writes BOS as text gets it parsed into the BOS
-		// id; otherwise BOS is added as the model asks. EOS never is.
-		ids := m.tok.Encode(text, false, true)
-		if v := m.tok.Vocab(); !hasBOS && v.AddBOS && v.BOS >= 0 {
-			ids = append([]int32{v.BOS}, ids...)
 		}
 		m.run(ctx, ids, g, yield)
 	}

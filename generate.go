@@ -77,6 +77,8 @@ type GenerateOptions struct {
 	// follows this JSON Schema (OpenAI's response_format json_schema;
 	// the subset constrain.CompileSchema describes), the same way.
 	JSONSchema []byte
+	// Tools are tool definitions for Chat's template (WithTools).
+	Tools [][]byte
 
 	// addSpecial adds BOS (per the model) when encoding the prompt;
 	// parseSpecial recognises special-token text in it (chat templates).

@@ -129,7 +129,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 		}
 		msg := chatMessage{Role: "assistant", Content: &out.text}
 		if readCalls && out.finish == "stop" {
-			if content, calls := parseToolCalls(out.text); calls != nil {
+			if content, calls := weft.ParseToolCalls(out.text); calls != nil {
 				msg.Content, msg.ToolCalls, out.finish = nil, s.responseCalls(calls, false), "tool_calls"
 				if content != "" {
 					msg.Content = &content
@@ -172,7 +172,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 			}
 			holding, text = false, held
 			if tok.Done && tok.FinishReason == "stop" {
-				if content, calls := parseToolCalls(held); calls != nil {
+				if content, calls := weft.ParseToolCalls(held); calls != nil {
 					if content != "" {
 						if err := chunk(chatDelta{Content: &content}, nil, nil); err != nil {
 							return err

@@ -4,53 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-)
 
-func TestParseToolCalls(t *testing.T) {
-	type call struct{ name, args string }
-	for _, tc := range []struct {
-		name, text, content string
-		calls               []call
-	}{
-		{"hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "", []call{{"get_weather", `{"city":"Paris"}`}}},
-		{"hermes, two, with text before", "Let me look.\n<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"b\",\"arguments\":{\"x\":[1,2]}}</tool_call>", "Let me look.", []call{{"a", `{}`}, {"b", `{"x":[1,2]}`}}},
-		{"hermes, unterminated last", "<tool_call>{\"name\":\"a\",\"arguments\":{\"k\":1}}", "", []call{{"a", `{"k":1}`}}},
-		{"hermes, text after", "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call> and more", "", nil},
-		{"hermes, bad json", "<tool_call>{\"name\":\"a\",</tool_call>", "", nil},
-		{"llama", ` {"name": "get_weather", "parameters": {"city": "Paris"}}`, "", []call{{"get_weather", `{"city":"Paris"}`}}},
-		{"llama, python tag", `<|python_tag|>{"name": "f", "parameters": {}}`, "", []call{{"f", `{}`}}},
-		{"llama, two joined by ;", `{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}}`, "", []call{{"a", `{"x":1}`}, {"b", `{}`}}},
-		{"mistral array", `[{"name": "a", "arguments": {"q": "x"}}, {"name": "b", "arguments": {}}]`, "", []call{{"a", `{"q":"x"}`}, {"b", `{}`}}},
-		{"arguments as a JSON text", `{"name": "a", "arguments": "{\"q\": 1}"}`, "", []call{{"a", `{"q":1}`}}},
-		{"no arguments", `{"name": "now"}`, "", []call{{"now", `{}`}}},
-		{"plain JSON answer", `{"answer": 42}`, "", nil},
-		{"arguments not an object", `{"name": "a", "arguments": [1]}`, "", nil},
-		{"text", "The weather is fine.", "", nil},
-		{"json then text", `{"name": "a", "parameters": {}} but also`, "", nil},
-		{"empty", "", "", nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			content, calls := parseToolCalls(tc.text)
-			if len(calls) != len(tc.calls) {
-				t.Fatalf("%d calls %+v, want %d", len(calls), calls, len(tc.calls))
-			}
-			if calls == nil {
-				if content != tc.text {
-					t.Errorf("content %q, want the text back", content)
-				}
-				return
-			}
-			if content != tc.content {
-				t.Errorf("content %q, want %q", content, tc.content)
-			}
-			for i, c := range calls {
-				if c.name != tc.calls[i].name || compactJSON(c.args) != tc.calls[i].args {
-					t.Errorf("call %d: %s %s, want %s %s", i, c.name, compactJSON(c.args), tc.calls[i].name, tc.calls[i].args)
-				}
-			}
-		})
-	}
-}
+	"github.com/weftlm/weft/internal/testmodel"
+)
 
 func TestMayBeToolCall(t *testing.T) {
 	for text, want := range map[string]bool{
@@ -158,5 +114,31 @@ func TestToolCalls(t *testing.T) {
 	resp, body = do(t, "POST", ts.URL+"/v1/chat/completions", strings.Replace(toolRequest(false), `"max_tokens"`, `"tool_choice":"none","max_tokens"`, 1))
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"finish_reason":"stop"`) || strings.Contains(string(body), "tool_calls") {
 		t.Errorf("tool_choice none: status %d, body %s", resp.StatusCode, body)
+	}
+}
+
+// TestToolsReachTheTemplate: with a template that describes tools (Qwen
+// 2.5's), a request's tools lengthen the prompt by their description, and
+// tool_choice none leaves them out.
+func TestToolsReachTheTemplate(t *testing.T) {
+	m := load(t, testmodel.StoriesWithTemplateFile(t, "Qwen-Qwen2.5-7B-Instruct.jinja"), 1, 1024)
+	_, ts := newTestServer(t, m, Options{})
+	promptTokens := func(extra string) int {
+		t.Helper()
+		resp, body := do(t, "POST", ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Weather?"}],"max_tokens":1`+extra+`}`)
+		var r struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			}
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(body, &r) != nil {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		return r.Usage.PromptTokens
+	}
+	tools := `,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
+	plain, with, none := promptTokens(""), promptTokens(tools), promptTokens(tools+`,"tool_choice":"none"`)
+	if with <= plain+20 || none != plain {
+		t.Errorf("prompt tokens: %d without tools, %d with, %d with tool_choice none", plain, with, none)
 	}
 }

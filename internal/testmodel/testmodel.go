@@ -35,8 +35,14 @@ func Stories(t testing.TB) string {
 // chat template (Gemma 2's, from the shared templates), so chat paths run
 // end to end, and returns its path.
 func StoriesWithTemplate(t testing.TB) string {
+	return StoriesWithTemplateFile(t, "google-gemma-2-2b-it.jinja")
+}
+
+// StoriesWithTemplateFile is StoriesWithTemplate with the shared template
+// of that file name.
+func StoriesWithTemplateFile(t testing.TB, name string) string {
 	t.Helper()
-	tmpl, err := os.ReadFile(Shared(t, "hf-chat-templates/google-gemma-2-2b-it.jinja"))
+	tmpl, err := os.ReadFile(Shared(t, "hf-chat-templates/"+name))
 	if err != nil {
 		t.Fatal(err)
 	}
