@@ -360,6 +360,9 @@ func (j *JSON) open(b byte) bool {
 			}
 		}
 	} else if j.sch != nil {
+		if j.wantNode() != nil {
+			return false // a recursive schema nested past the depth a state tracks
+		}
 		j.want = -1
 	}
 	j.stack[j.depth] = b

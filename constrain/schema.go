@@ -115,8 +115,8 @@ func (c *compiler) compile(v map[string]any, path string, depth int) (int16, err
 	bad := func(format string, args ...any) (int16, error) {
 		return 0, fmt.Errorf("schema: %s: %s", at, fmt.Sprintf(format, args...))
 	}
-	if depth > schemaDepth {
-		return bad("nested more than %d deep", schemaDepth)
+	if depth >= schemaDepth {
+		return bad("nested %d or more deep", schemaDepth)
 	}
 	if ref, ok := v["$ref"]; ok {
 		r, ok := ref.(string)

@@ -134,7 +134,7 @@ func TestCompileSchemaErrors(t *testing.T) {
 		}
 	}
 	deep := strings.Repeat(`{"type":"array","items":`, 20) + `{"type":"string"}` + strings.Repeat("}", 20)
-	if _, err := CompileSchema([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested") {
+	if _, err := CompileSchema([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested 16 or more") {
 		t.Errorf("20 levels: %v", err)
 	}
 }
@@ -295,5 +295,28 @@ func TestMaskerMatchesBruteForce(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRecursionDepth: a recursive schema is followed to the depth a state
+// tracks and no further: past it the document cannot go on nesting, rather
+// than nesting unchecked.
+func TestRecursionDepth(t *testing.T) {
+	s, err := CompileSchema([]byte(`{"type":"object","properties":{"c":{"$ref":"#"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := NewSchemaJSON(s)
+	for d := 0; d < schemaDepth; d++ {
+		if !j.FeedString(`{"c":`) {
+			t.Fatalf("refused at depth %d", d)
+		}
+	}
+	if j.FeedString(`{`) {
+		t.Error("nested past the tracked depth")
+	}
+	j = NewSchemaJSON(s)
+	if !j.FeedString(`{"c":{"c":{}}}`) || !j.Complete() {
+		t.Error("a shallow document refused")
 	}
 }
