@@ -139,3 +139,26 @@ func tokenBatch(rng *rand.Rand, rows, vocab int) *backend.Batch {
 	}
 	return bt
 }
+
+// embedProduct builds the program of the matrix-vector tests: an
+// embedding of a random [vocab, k] table (row 3 all zeros, so that row's
+// block scales are 0; edit may change more) into a buffer, then its
+// product by a random typ matrix [n, k] into the logits. It returns the
+// table and the matrix.
+func (b *progBuilder) embedProduct(typ string, vocab, n, k int, edit func(table []float32)) ([]float32, backend.WeightID) {
+	a, out := b.buf(k), b.buf(n)
+	table := b.randn(vocab*k, 1)
+	for i := range k {
+		table[3*k+i] = 0
+	}
+	if edit != nil {
+		edit(table)
+	}
+	tw := b.mat("F32", vocab, k, 1)
+	copy(b.p.Weights[tw].Data.Bytes, f32Bytes(table))
+	b.op(backend.Op{Kind: backend.OpEmbed, Out: a, W: tw})
+	w := b.mat(typ, n, k, 0.5)
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: w, Bias: backend.NoWeight})
+	b.p.Logits = out
+	return table, w
+}

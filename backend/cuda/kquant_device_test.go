@@ -17,18 +17,8 @@ func TestKQuantMatVec(t *testing.T) {
 	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K"} {
 		t.Run(typ, func(t *testing.T) {
 			b := newProg(t, 5, maxRows, 1, 64, vocab)
-			a, out := b.buf(k), b.buf(n)
-			table := b.randn(vocab*k, 1)
-			for i := range k {
-				table[3*k+i] = 0 // a row of zeros: d = 0
-			}
-			table[5*k+300] = -40 // a negative element of largest magnitude
-			tw := b.mat("F32", vocab, k, 1)
-			copy(b.p.Weights[tw].Data.Bytes, f32Bytes(table))
-			b.op(backend.Op{Kind: backend.OpEmbed, Out: a, W: tw})
-			w := b.mat(typ, n, k, 0.5)
-			b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: w, Bias: backend.NoWeight})
-			b.p.Logits = out
+			// Row 5 gets a negative element of largest magnitude.
+			table, w := b.embedProduct(typ, vocab, n, k, func(table []float32) { table[5*k+300] = -40 })
 			deq := b.dequantized(w)
 			ex, err := gpu.Compile(b.p)
 			if err != nil {

@@ -41,17 +41,7 @@ func TestQuantizedMatVec(t *testing.T) {
 	for _, typ := range []string{"Q8_0", "Q4_0"} {
 		t.Run(typ, func(t *testing.T) {
 			b := newProg(t, 5, maxRows, 1, 64, vocab)
-			a, out := b.buf(k), b.buf(n)
-			table := b.randn(vocab*k, 1)
-			for i := range k {
-				table[3*k+i] = 0 // a row of zeros: d = 0
-			}
-			tw := b.mat("F32", vocab, k, 1)
-			copy(b.p.Weights[tw].Data.Bytes, f32Bytes(table))
-			b.op(backend.Op{Kind: backend.OpEmbed, Out: a, W: tw})
-			w := b.mat(typ, n, k, 0.5)
-			b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: w, Bias: backend.NoWeight})
-			b.p.Logits = out
+			table, w := b.embedProduct(typ, vocab, n, k, nil)
 			deq := b.dequantized(w)
 			ex, err := gpu.Compile(b.p)
 			if err != nil {
