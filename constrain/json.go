@@ -404,6 +404,25 @@ func (j *JSON) FeedString(s string) bool {
 	return true
 }
 
+// plainString reports whether the state is inside a string whose plain
+// bytes (plainStringByte) it takes without changing: a value's string or
+// a key no schema property list narrows.
+func (j *JSON) plainString() bool {
+	if j.mode != str {
+		return false
+	}
+	if j.isKey && j.sch != nil {
+		if n := j.frameNode(); n != nil && n.props != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// plainStringByte is a byte a string takes as itself: not a quote, a
+// backslash or a control character.
+func plainStringByte(b byte) bool { return b >= 0x20 && b != '"' && b != '\\' }
+
 // allBits is a mask of the first n bits.
 func allBits(n int) uint64 {
 	if n >= 64 {

@@ -22,6 +22,13 @@ type Masker struct {
 	edges []trieEdge
 	toks  []int32 // token ids, grouped by the node their text ends at
 	bits  sync.Pool
+
+	// Inside a string most tokens are plain text, taken whole without a
+	// change of state: plainBits marks those tokens (every byte
+	// plainStringByte), special the nodes whose subtree holds a token with
+	// some other byte — the only ones a walk from inside a string visits.
+	plainBits []uint64
+	special   []bool
 }
 
 type trieNode struct {
@@ -52,6 +59,24 @@ func NewMasker(pieces []string, eog []bool) *Masker {
 	m.build(0, pieces, ids, 0)
 	words := (len(pieces) + 63) / 64
 	m.bits.New = func() any { b := make([]uint64, words); return &b }
+	m.plainBits = make([]uint64, words)
+	for _, id := range ids {
+		if !strings.ContainsFunc(pieces[id], func(r rune) bool { return r < 0x20 || r == '"' || r == '\\' }) {
+			m.plainBits[id/64] |= 1 << (id % 64)
+		}
+	}
+	// Children come after their parent, so one pass from the end sees
+	// every child before its parent.
+	m.special = make([]bool, len(m.nodes))
+	for n := len(m.nodes) - 1; n >= 0; n-- {
+		node := m.nodes[n]
+		for _, e := range m.edges[node.edges:node.edgesEnd] {
+			if !plainStringByte(e.b) || m.special[e.child] {
+				m.special[n] = true
+				break
+			}
+		}
+	}
 	return m
 }
 
@@ -97,8 +122,13 @@ func (m *Masker) build(n int32, pieces []string, ids []int32, depth int) {
 func (m *Masker) Apply(state *JSON, logits []float32) int {
 	bp := m.bits.Get().(*[]uint64)
 	bits := *bp
-	clear(bits)
-	m.walk(0, *state, bits)
+	if state.plainString() {
+		copy(bits, m.plainBits)
+		m.walkSpecial(0, state, bits)
+	} else {
+		clear(bits)
+		m.walk(0, *state, bits)
+	}
 	if state.Complete() {
 		for _, id := range m.eog {
 			bits[id/64] |= 1 << (id % 64)
@@ -121,12 +151,55 @@ func (m *Masker) Apply(state *JSON, logits []float32) int {
 // prefix) accepts. The state goes by value: each branch feeds its own
 // copy, which stays on the stack.
 func (m *Masker) walk(n int32, state JSON, bits []uint64) {
+	if state.plainString() {
+		m.walkString(n, &state, bits)
+		return
+	}
 	node := m.nodes[n]
 	for _, id := range m.toks[node.toks:node.toksEnd] {
 		bits[id/64] |= 1 << (id % 64)
 	}
 	for _, e := range m.edges[node.edges:node.edgesEnd] {
 		s := state
+		if s.Feed(e.b) {
+			m.walk(e.child, s, bits)
+		}
+	}
+}
+
+// walkSpecial is walkString from the root, with the tokens of plain text
+// already marked (plainBits): it only follows plain bytes towards tokens
+// that hold some other byte.
+func (m *Masker) walkSpecial(n int32, state *JSON, bits []uint64) {
+	node := m.nodes[n]
+	for _, e := range m.edges[node.edges:node.edgesEnd] {
+		if plainStringByte(e.b) {
+			if m.special[e.child] {
+				m.walkSpecial(e.child, state, bits)
+			}
+			continue
+		}
+		s := *state
+		if s.Feed(e.b) {
+			m.walk(e.child, s, bits)
+		}
+	}
+}
+
+// walkString is walk inside a string's characters, where a plain byte
+// leaves the state as it is: those edges need no copy of it, which keeps
+// a walk through the many tokens of text cheap.
+func (m *Masker) walkString(n int32, state *JSON, bits []uint64) {
+	node := m.nodes[n]
+	for _, id := range m.toks[node.toks:node.toksEnd] {
+		bits[id/64] |= 1 << (id % 64)
+	}
+	for _, e := range m.edges[node.edges:node.edgesEnd] {
+		if plainStringByte(e.b) {
+			m.walkString(e.child, state, bits)
+			continue
+		}
+		s := *state
 		if s.Feed(e.b) {
 			m.walk(e.child, s, bits)
 		}
