@@ -193,23 +193,23 @@ func (m *Model) GenerateTokens(ctx context.Context, ids []int32, opts ...Generat
 // scheduler together with every other live request.
 func (m *Model) run(ctx context.Context, ids []int32, g GenerateOptions, yield func(Token, error) bool) {
 	start := time.Now()
-	seq, release, err := m.acquire(ctx)
-	if err != nil {
-		yield(Token{}, err)
-		return
-	}
-	defer release()
 	st, err := m.newStream(ids, g)
 	if err != nil {
 		yield(Token{}, err)
 		return
 	}
+	seq, kept, release, err := m.acquireFor(ctx, st.ids)
+	if err != nil {
+		yield(Token{}, err)
+		return
+	}
+	defer release()
 	// The scheduler stops at the next step once this context ends, which
 	// is how a consumer that stops reading ends the generation.
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &request{ctx: ctx, seq: seq, st: st, logits: make([]float32, m.eng.Vocab()), start: start, out: newQueue()}
+	r := &request{ctx: ctx, seq: seq, st: st, logits: make([]float32, m.eng.Vocab()), start: start, out: newQueue(), fed: kept, kept: kept}
 	select {
 	case m.sched.submit <- r:
 	case <-m.sched.quit:

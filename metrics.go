@@ -15,6 +15,10 @@ type Metrics struct {
 	PromptTokens    int64 `json:"prompt_tokens"`    // total prompt tokens prefilled
 	GeneratedTokens int64 `json:"generated_tokens"` // total tokens generated
 
+	// CachedPromptTokens counts prompt tokens a request found already in
+	// its slot's cache (a conversation's earlier turns) and did not feed.
+	CachedPromptTokens int64 `json:"cached_prompt_tokens"`
+
 	LastPromptTokens    int           `json:"last_prompt_tokens"`
 	LastGeneratedTokens int           `json:"last_generated_tokens"`
 	PrefillTokensPerSec float64       `json:"prefill_tokens_per_second"` // of the last prefill
@@ -36,13 +40,18 @@ func (m *Model) Metrics() Metrics {
 	return out
 }
 
-func (m *Model) recordPrefill(tokens int, d time.Duration) {
+func (m *Model) recordPrefill(tokens int, d time.Duration) { m.recordPrompt(tokens, 0, d) }
+
+// recordPrompt books a prompt of tokens of which kept were already
+// cached: the rate counts the tokens fed.
+func (m *Model) recordPrompt(tokens, kept int, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.metrics.PromptTokens += int64(tokens)
+	m.metrics.CachedPromptTokens += int64(kept)
 	m.metrics.LastPromptTokens = tokens
 	if d > 0 {
-		m.metrics.PrefillTokensPerSec = float64(tokens) / d.Seconds()
+		m.metrics.PrefillTokensPerSec = float64(tokens-kept) / d.Seconds()
 	}
 }
 

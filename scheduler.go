@@ -23,6 +23,7 @@ type request struct {
 	st     *stream
 	logits []float32 // the next-token logits of this sequence
 	fed    int       // prompt tokens fed so far
+	kept   int       // of them, those the slot's cache already held
 	start  time.Time
 	first  time.Time
 	out    *queue
@@ -190,7 +191,7 @@ func (s *scheduler) loop() {
 				keep = append(keep, r)
 				continue
 			}
-			s.m.recordPrefill(len(r.st.ids), time.Since(r.start))
+			s.m.recordPrompt(len(r.st.ids), r.kept, time.Since(r.start))
 			active = append(active, r)
 		}
 		filling = keep

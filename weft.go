@@ -278,27 +278,35 @@ func (m *Model) Close() error {
 // acquire takes a sequence slot, waiting for one while ctx allows. The
 // returned release must be called when the request ends.
 func (m *Model) acquire(ctx context.Context) (*engine.Sequence, func(), error) {
+	seq, _, release, err := m.acquireFor(ctx, nil)
+	return seq, release, err
+}
+
+// acquireFor is acquire taking the slot whose cache holds the longest
+// start of prompt (prompt caching across requests): the sequence starts
+// after the kept tokens, and the caller feeds prompt[kept:].
+func (m *Model) acquireFor(ctx context.Context, prompt []int32) (*engine.Sequence, int, func(), error) {
 	m.closeMu.RLock()
 	m.mu.Lock()
 	closed := m.closed
 	m.mu.Unlock()
 	if closed {
 		m.closeMu.RUnlock()
-		return nil, nil, ErrClosed
+		return nil, 0, nil, ErrClosed
 	}
 	select {
 	case <-m.slots:
 	case <-ctx.Done():
 		m.closeMu.RUnlock()
-		return nil, nil, ctx.Err()
+		return nil, 0, nil, ctx.Err()
 	}
-	seq, err := m.eng.NewSequence()
+	seq, kept, err := m.eng.NewSequenceFor(prompt)
 	if err != nil {
 		m.slots <- struct{}{}
 		m.closeMu.RUnlock()
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
-	return seq, func() {
+	return seq, kept, func() {
 		seq.Close()
 		m.slots <- struct{}{}
 		m.closeMu.RUnlock()

@@ -509,3 +509,23 @@ func TestJSONSchemaMode(t *testing.T) {
 		t.Errorf("a schema whose top level is a string: %v", gotErr)
 	}
 }
+
+// TestPromptCache: a request whose prompt starts with what an earlier
+// request left in a slot's cache feeds only the rest, and generates what
+// a fresh model does.
+func TestPromptCache(t *testing.T) {
+	m := loadStories(t, WithParallel(2))
+	opts := []GenerateOption{WithTemperature(0), WithMaxTokens(20)}
+	first, _, _ := collect(t, m.Generate(context.Background(), "Once upon a time", opts...))
+	second := "Once upon a time" + first + " Then"
+	before := m.Metrics().CachedPromptTokens
+	got, _, _ := collect(t, m.Generate(context.Background(), second, opts...))
+	cached := m.Metrics().CachedPromptTokens - before
+	if cached < int64(len(m.Tokenizer().Encode("Once upon a time", true, false))) {
+		t.Errorf("%d prompt tokens came from the cache, want at least the first prompt's", cached)
+	}
+	want, _, _ := collect(t, loadStories(t).Generate(context.Background(), second, opts...))
+	if got != want {
+		t.Errorf("with the cached prefix: %q\nfresh model:           %q", got, want)
+	}
+}

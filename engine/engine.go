@@ -53,6 +53,12 @@ type Model struct {
 	batch  backend.Batch
 	logits []float32 // [MaxBatch, Vocab]
 	closed bool
+	// held[slot] are the tokens whose keys and values the slot's cache
+	// holds at positions 0, 1, …: what a later sequence in the slot may
+	// keep instead of feeding again (NewSequenceFor). nil where the model
+	// has ring caches (sliding windows), whose old positions are
+	// overwritten.
+	held [][]int32
 }
 
 // ErrClosed is returned by a closed model.
@@ -102,6 +108,13 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 		logits: make([]float32, slots*cfg.VocabSize)}
 	for s := slots - 1; s >= 0; s-- {
 		m.free = append(m.free, s)
+	}
+	ring := false
+	for _, c := range prog.Caches {
+		ring = ring || c.Capacity < ctx
+	}
+	if !ring {
+		m.held = make([][]int32, slots)
 	}
 	m.batch = backend.Batch{
 		Tokens: make([]int32, 0, maxBatch), Pos: make([]int32, 0, maxBatch),
@@ -174,6 +187,68 @@ func (m *Model) NewSequence() (*Sequence, error) {
 	s := m.free[len(m.free)-1]
 	m.free = m.free[:len(m.free)-1]
 	return &Sequence{m: m, slot: s}, nil
+}
+
+// NewSequenceFor takes the free slot whose cache already holds the longest
+// start of prompt and returns a sequence positioned after it, with how
+// many of prompt's tokens it kept; the caller feeds prompt[kept:]. At
+// least the last token is left to feed, for its logits.
+func (m *Model) NewSequenceFor(prompt []int32) (*Sequence, int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, 0, ErrClosed
+	}
+	if len(m.free) == 0 {
+		return nil, 0, ErrNoSlot
+	}
+	best, kept := len(m.free)-1, 0
+	if m.held != nil {
+		// Weigh what a slot would keep against what it holds and would
+		// lose: a slot that shares only the start (BOS, a system prompt)
+		// with a long history of another conversation is worth less
+		// than an empty one, whose taking loses nothing.
+		score := func(slot, n int) int { return 3*n - len(m.held[slot]) }
+		kept = commonPrefix(m.held[m.free[best]], prompt)
+		for i, slot := range m.free {
+			n := commonPrefix(m.held[slot], prompt)
+			if s, bs := score(slot, n), score(m.free[best], kept); s > bs || s == bs && n > kept {
+				best, kept = i, n
+			}
+		}
+	}
+	kept = min(kept, max(len(prompt)-1, 0))
+	s := m.free[best]
+	m.free = append(m.free[:best], m.free[best+1:]...)
+	return &Sequence{m: m, slot: s, pos: kept}, kept, nil
+}
+
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// feeding marks the slot's cache from the sequence's position on as about
+// to change (the caller holds mu); fed records tokens as held there once
+// they are in.
+func (s *Sequence) feeding() {
+	if h := s.m.held; h != nil {
+		h[s.slot] = h[s.slot][:min(len(h[s.slot]), s.pos)]
+	}
+}
+
+func (s *Sequence) fed(tokens []int32) {
+	if h := s.m.held; h != nil {
+		if len(h[s.slot]) == s.pos {
+			h[s.slot] = append(h[s.slot], tokens...)
+		} else {
+			h[s.slot] = h[s.slot][:0] // out of step: keep nothing
+		}
+	}
+	s.pos += len(tokens)
 }
 
 // Close returns the slot. It is idempotent.
@@ -249,6 +324,7 @@ func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
 	if m.closed {
 		return ErrClosed
 	}
+	s.feeding()
 	for start := 0; start < len(tokens); start += m.prog.MaxRows {
 		chunk := tokens[start:min(start+m.prog.MaxRows, len(tokens))]
 		b := &m.batch
@@ -277,7 +353,7 @@ func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
 		if err := m.exec.Run(b, dst); err != nil {
 			return err
 		}
-		s.pos += len(chunk)
+		s.fed(chunk)
 	}
 	return nil
 }
@@ -353,6 +429,9 @@ func (m *Model) step(seqs []*Sequence, tokens []int32, run func(*backend.Batch) 
 	if m.closed {
 		return ErrClosed
 	}
+	for _, s := range seqs {
+		s.feeding()
+	}
 	b := &m.batch
 	b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
 	for i, s := range seqs {
@@ -364,8 +443,8 @@ func (m *Model) step(seqs []*Sequence, tokens []int32, run func(*backend.Batch) 
 	if err := run(b); err != nil {
 		return err
 	}
-	for _, s := range seqs {
-		s.pos++
+	for i, s := range seqs {
+		s.fed(tokens[i : i+1])
 	}
 	return nil
 }
@@ -399,6 +478,9 @@ func (m *Model) Prefill(seqs []*Sequence, prompts [][]int32, out []float32) erro
 	defer m.mu.Unlock()
 	if m.closed {
 		return ErrClosed
+	}
+	for _, s := range seqs {
+		s.feeding()
 	}
 	b := &m.batch
 	owner := make([]int, 0, m.prog.MaxRows) // selected row → sequence
@@ -446,7 +528,7 @@ func (m *Model) Prefill(seqs []*Sequence, prompts [][]int32, out []float32) erro
 		return err
 	}
 	for i, s := range seqs {
-		s.pos += len(prompts[i])
+		s.fed(prompts[i])
 	}
 	return nil
 }
@@ -471,6 +553,7 @@ func (s *Sequence) Hidden(tokens []int32) ([]float32, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
+	s.feeding()
 	b := &m.batch
 	b.HiddenOnly = true
 	defer func() { b.HiddenOnly = false }()
@@ -486,7 +569,7 @@ func (s *Sequence) Hidden(tokens []int32) ([]float32, error) {
 		if err := m.exec.Run(b, out[start*dim:(start+len(chunk))*dim]); err != nil {
 			return nil, err
 		}
-		s.pos += len(chunk)
+		s.fed(chunk)
 	}
 	return out, nil
 }

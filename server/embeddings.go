@@ -185,5 +185,5 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request, rec *record) err
 func (s *Server) writeMetrics(w http.ResponseWriter, r *http.Request, rec *record) error {
 	active, waiting := s.gate.depth()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	return s.metrics.write(w, active, waiting, cap(s.gate.slots))
+	return s.metrics.write(w, active, waiting, cap(s.gate.slots), s.m.Metrics().CachedPromptTokens)
 }

@@ -73,7 +73,7 @@ func (m *metrics) observe(route string, status int, d time.Duration, rec *record
 
 // write prints every metric; active, waiting and slots are read from the
 // gate at the time of the scrape.
-func (m *metrics) write(w io.Writer, active, waiting, slots int) error {
+func (m *metrics) write(w io.Writer, active, waiting, slots int, cached int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
@@ -92,6 +92,8 @@ func (m *metrics) write(w io.Writer, active, waiting, slots int) error {
 	}
 	head("weft_prompt_tokens_total", "counter", "Prompt tokens of finished requests.")
 	fmt.Fprintf(&b, "weft_prompt_tokens_total %d\n", m.prompt)
+	head("weft_prompt_tokens_cached_total", "counter", "Prompt tokens found in a slot's cache from an earlier request and not fed again.")
+	fmt.Fprintf(&b, "weft_prompt_tokens_cached_total %d\n", cached)
 	head("weft_generated_tokens_total", "counter", "Tokens generated for finished requests.")
 	fmt.Fprintf(&b, "weft_generated_tokens_total %d\n", m.generated)
 	writeHistograms(&b, "weft_request_duration_seconds", "Time from a request's arrival to the end of its response, by route.", m.latency)
