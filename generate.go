@@ -42,6 +42,10 @@ type Token struct {
 	// Notices say what the generation did on its own: a truncated prompt,
 	// a context shift.
 	Notices []string `json:"notices,omitempty"`
+	// CachedPromptTokens, on the final item, counts the prompt's first
+	// tokens the slot's cache already held from an earlier request, which
+	// were not fed again.
+	CachedPromptTokens int `json:"cached_prompt_tokens,omitempty"`
 }
 
 // Overflow says what to do when a prompt does not fit the context.
@@ -204,6 +208,7 @@ func (m *Model) run(ctx context.Context, ids []int32, g GenerateOptions, yield f
 		return
 	}
 	defer release()
+	st.kept = kept
 	// The scheduler stops at the next step once this context ends, which
 	// is how a consumer that stops reading ends the generation.
 	parent := ctx
@@ -306,6 +311,7 @@ type stream struct {
 	// drawn is the next token when the backend drew it (see deviceDraw),
 	// else -1 and next samples from the logits.
 	drawn int32
+	kept  int // prompt tokens the slot's cache held already
 }
 
 // deviceDraw reports whether the backend may draw this stream's next
@@ -449,7 +455,7 @@ func (st *stream) next(logits []float32) (Token, error) {
 	text, stopped := st.stops.add(st.dec.Add(id))
 	tok.Text = text
 	if stopped {
-		tok.Done, tok.FinishReason, tok.Notices = true, "stop", st.notices
+		tok.Done, tok.FinishReason, tok.Notices, tok.CachedPromptTokens = true, "stop", st.notices, st.kept
 	}
 	if st.json != nil && !tok.Done {
 		st.json.FeedString(st.m.tok.Piece(id))
@@ -463,7 +469,7 @@ func (st *stream) next(logits []float32) (Token, error) {
 // finish ends the generation, releasing any held-back text.
 func (st *stream) finish(reason string) Token {
 	text, _ := st.stops.add(st.dec.Flush())
-	return Token{Text: text + st.stops.flush(), Done: true, FinishReason: reason, Notices: st.notices}
+	return Token{Text: text + st.stops.flush(), Done: true, FinishReason: reason, Notices: st.notices, CachedPromptTokens: st.kept}
 }
 
 // last makes tok, just sampled, the final item: the context has no room

@@ -25,6 +25,7 @@ type outcome struct {
 	text      string
 	finish    string
 	generated int
+	cached    int          // prompt tokens taken from the slot's cache
 	logprobs  []weft.Token // the generated tokens, when logprobs were asked for
 }
 
@@ -54,7 +55,7 @@ func (s *Server) run(ctx context.Context, j job, start time.Time, rec *record, e
 		}
 		out.text += tok.Text
 		if tok.Done {
-			out.finish = tok.FinishReason
+			out.finish, out.cached = tok.FinishReason, tok.CachedPromptTokens
 		}
 		if err := each(tok); err != nil {
 			return out, err
@@ -138,7 +139,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 		}
 		resp := chatCompletion{ID: id, Object: "chat.completion", Created: created, Model: s.opts.ModelID,
 			Choices: []chatChoice{{Message: msg, Logprobs: s.chatLogprobs(out.logprobs, top), FinishReason: out.finish}},
-			Usage:   usageOf(len(ids), out.generated)}
+			Usage:   usageOf(len(ids), out.generated).withCached(out.cached)}
 		return writeJSON(w, http.StatusOK, resp)
 	}
 
@@ -200,7 +201,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 		return ev.fail(err)
 	}
 	if usage {
-		u := usageOf(len(ids), out.generated)
+		u := usageOf(len(ids), out.generated).withCached(out.cached)
 		if err := ev.send(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.opts.ModelID,
 			Choices: []chatChunkChoice{}, Usage: u}); err != nil {
 			return err

@@ -152,7 +152,9 @@ func TestChatStream(t *testing.T) {
 			want.WriteString(head + `"delta":{},"logprobs":null,"finish_reason":"length"}],"usage":null}` + "\n\n")
 		}
 	}
-	fmt.Fprintf(&want, `data: {"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"stories-chat","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":6,"total_tokens":%d}}`+"\n\n", len(ids), len(ids)+6)
+	// The reference ran the same conversation: all of the prompt but its
+	// last token comes from the slot's cache.
+	fmt.Fprintf(&want, `data: {"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"stories-chat","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":6,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`+"\n\n", len(ids), len(ids)+6, len(ids)-1)
 	want.WriteString("data: [DONE]\n\n")
 
 	resp, got := do(t, "POST", ts.URL+"/v1/chat/completions", `{"model": "gpt-4o", "messages": [{"role": "user", "content": "Tell me a story"}], "max_completion_tokens": 6, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`)
@@ -162,7 +164,7 @@ func TestChatStream(t *testing.T) {
 
 	// The same request whole, with the content as text parts.
 	resp, got = do(t, "POST", ts.URL+"/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "Tell me a story"}]}], "max_tokens": 6, "temperature": 0}`)
-	wantBody := fmt.Sprintf(`{"id":"chatcmpl-test","object":"chat.completion","created":1700000000,"model":"stories-chat","choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":6,"total_tokens":%d}}`+"\n", quoteJSON(joined(toks)), len(ids), len(ids)+6)
+	wantBody := fmt.Sprintf(`{"id":"chatcmpl-test","object":"chat.completion","created":1700000000,"model":"stories-chat","choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":6,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`+"\n", quoteJSON(joined(toks)), len(ids), len(ids)+6, len(ids)-1)
 	if resp.StatusCode != 200 || string(got) != wantBody {
 		t.Errorf("status %d, body\n got %s\nwant %s", resp.StatusCode, got, wantBody)
 	}

@@ -12,13 +12,27 @@ import (
 // them.
 
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int            `json:"prompt_tokens"`
+	CompletionTokens    int            `json:"completion_tokens"`
+	TotalTokens         int            `json:"total_tokens"`
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// promptDetails says how much of the prompt came from a slot's cache.
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 func usageOf(prompt, completion int) usage {
 	return usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+}
+
+// withCached adds the cached prompt tokens, when there are any.
+func (u usage) withCached(cached int) usage {
+	if cached > 0 {
+		u.PromptTokensDetails = &promptDetails{CachedTokens: cached}
+	}
+	return u
 }
 
 type chatCompletion struct {
