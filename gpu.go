@@ -12,6 +12,7 @@ import (
 	"github.com/weftlm/weft/backend/cuda"
 	"github.com/weftlm/weft/backend/split"
 	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/modelpath"
 	"github.com/weftlm/weft/placement"
 	"github.com/weftlm/weft/weights"
 )
@@ -77,27 +78,13 @@ func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backen
 	if o.gpuLayers == 0 {
 		return cpu.New(o.threads), nil, ctx, nil
 	}
-	devs, err := gpus.Devices()
-	if err == nil && len(devs) == 0 {
-		err = errors.New("cuda: no device found")
+	plan, devs, batch, err := planGPUs(o, w, ctx)
+	var noGPU *noGPUError
+	if errors.As(err, &noGPU) && o.backend == "auto" {
+		return cpu.New(o.threads), nil, ctx, nil
 	}
 	if err != nil {
-		if o.backend == "auto" {
-			return cpu.New(o.threads), nil, ctx, nil
-		}
-		return nil, nil, 0, fmt.Errorf("weft: %w", err)
-	}
-	slots := max(o.parallel, 1)
-	batch := o.batch
-	if batch <= 0 {
-		batch = gpuBatch
-	}
-	plan, err := placement.Fit(footprint(w, slots, batch), devs, placement.Request{
-		GPULayers: o.gpuLayers, Split: o.tensorSplit, Context: ctx, ContextFixed: o.context > 0,
-		Slots: slots, Margin: placement.DefaultMargin,
-	})
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("weft: %s: %w", w.Name(), err)
+		return nil, nil, 0, err
 	}
 	var parts []split.Part
 	closeAll := func() {
@@ -131,6 +118,73 @@ func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backen
 		return nil, nil, 0, err
 	}
 	return s, &plan, plan.Context, nil
+}
+
+// noGPUError says why no GPU can be used.
+type noGPUError struct{ err error }
+
+func (e *noGPUError) Error() string { return "weft: " + e.err.Error() }
+func (e *noGPUError) Unwrap() error { return e.err }
+
+// planGPUs finds the GPUs and places the model on them (and the CPU) for
+// the options, allocating nothing; it returns the plan, the devices and
+// the batch width the plan assumed.
+func planGPUs(o *loadOptions, w *weights.Provider, ctx int) (placement.Plan, []placement.Device, int, error) {
+	devs, err := gpus.Devices()
+	if err == nil && len(devs) == 0 {
+		err = errors.New("cuda: no device found")
+	}
+	if err != nil {
+		return placement.Plan{}, nil, 0, &noGPUError{err}
+	}
+	slots := max(o.parallel, 1)
+	batch := o.batch
+	if batch <= 0 {
+		batch = gpuBatch
+	}
+	plan, err := placement.Fit(footprint(w, slots, batch), devs, placement.Request{
+		GPULayers: o.gpuLayers, Split: o.tensorSplit, Context: ctx, ContextFixed: o.context > 0,
+		Slots: slots, Margin: placement.DefaultMargin,
+	})
+	if err != nil {
+		return placement.Plan{}, nil, 0, fmt.Errorf("weft: %s: %w", w.Name(), err)
+	}
+	return plan, devs, batch, nil
+}
+
+// PlanPlacement is where Load with these options would put the model at
+// path on the GPUs (and the CPU), worked out from the file's tensor table
+// and the devices' free memory without loading or allocating anything: a
+// dry run for `weft info -m`. Only the context, parallel, batch,
+// GPU-layer and tensor-split options matter. Where no GPU can be used the
+// plan is the CPU alone, as with the "auto" backend.
+func PlanPlacement(path string, opts ...Option) (*placement.Plan, error) {
+	o := defaultOptions()
+	for _, f := range opts {
+		f(&o)
+	}
+	resolved, err := modelpath.Resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := weights.Open(resolved, weights.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	ctx := o.context
+	if ctx <= 0 {
+		ctx = min(w.Config.ContextLength, engine.DefaultContext)
+	}
+	plan, _, _, err := planGPUs(&o, w, ctx)
+	var noGPU *noGPUError
+	if errors.As(err, &noGPU) {
+		plan, err = placement.Fit(footprint(w, max(o.parallel, 1), o.batch), nil, placement.Request{GPULayers: -1, Context: ctx})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &plan, nil
 }
 
 // footprint is the model as a GPU would hold it: each layer's weights,

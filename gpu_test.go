@@ -431,3 +431,31 @@ func TestFootprintCoversProgram(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanPlacement: the dry run gives the plan Load then uses, and the
+// CPU alone where no GPU can be used.
+func TestPlanPlacement(t *testing.T) {
+	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	withGPUs(t, &fakeGPUs{devs: []placement.Device{{Index: 0, Name: "a", FreeBytes: 80 << 30}, {Index: 1, Name: "b", FreeBytes: 80 << 30}}})
+	opts := []Option{WithGPULayers(3), WithTensorSplit([]float64{1, 2}), WithContext(128)}
+	plan, err := PlanPlacement(path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(context.Background(), path, append(opts, WithBackend("cuda"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if plan.String() != m.Info().Placement || plan.GPULayers() != 3 {
+		t.Errorf("dry run %q, Load %q", plan, m.Info().Placement)
+	}
+	withGPUs(t, &fakeGPUs{err: errors.New("cuda: no driver")})
+	plan, err = PlanPlacement(path, WithContext(128))
+	if err != nil || plan.GPULayers() != 0 || !strings.Contains(plan.String(), "on cpu") {
+		t.Errorf("without a GPU: %v, %v", plan, err)
+	}
+	if _, err := PlanPlacement(filepath.Join(t.TempDir(), "none.gguf")); err == nil || !strings.Contains(err.Error(), "none.gguf") {
+		t.Errorf("missing model: %v", err)
+	}
+}

@@ -73,3 +73,18 @@ func TestMeanStddev(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoPlacement: weft info -m prints where the model would run (the
+// CPU alone on this GPU-less machine) and fails on a model it cannot open.
+func TestInfoPlacement(t *testing.T) {
+	stdout, stderr, code := runWeft(t, "info", "-m", storiesPath(t), "--ctx", "128")
+	if code != 0 || !strings.Contains(stdout, "cpu: ") || !strings.Contains(stdout, "placement of ") || !strings.Contains(stdout, "(context 128)") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, stderr, code := runWeft(t, "info", "-m", "/nonexistent.gguf"); code != 1 || !strings.Contains(stderr, "nonexistent.gguf") {
+		t.Errorf("missing model: exit %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := runWeft(t, "info", "extra"); code != 2 || !strings.Contains(stderr, "takes no arguments") {
+		t.Errorf("argument: exit %d, stderr %q", code, stderr)
+	}
+}
