@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -79,13 +80,21 @@ func loadLib(names []string, api any) (uintptr, string, error) {
 	var lib uintptr
 	var name string
 	var errs []string
+	// dlerror is per thread: dlopen and the dlerror that explains its
+	// failure must run on one thread, or the reason comes back empty.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for _, n := range names {
 		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err == nil {
 			lib, name = h, n
 			break
 		}
-		errs = append(errs, err.Error())
+		msg := err.Error()
+		if msg == "" {
+			msg = n + ": cannot be opened"
+		}
+		errs = append(errs, msg)
 	}
 	if lib == 0 {
 		return 0, "", errors.New(strings.Join(errs, "; "))
