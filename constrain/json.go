@@ -69,6 +69,10 @@ type JSON struct {
 	cands   uint64
 	pos     uint16
 	intOnly bool // the number being read must be an integer
+	// A string value with length bounds counts its characters.
+	counting       bool
+	strLen, lenMin int32
+	lenMax         int32 // < 0: unbounded
 }
 
 // NewSchemaJSON is the state before a document that must follow s.
@@ -181,12 +185,19 @@ func (j *JSON) Feed(b byte) bool {
 					j.want = -1 // a member of an object of any content
 				}
 			} else {
+				if j.counting && j.strLen < j.lenMin {
+					return false
+				}
+				j.counting = false
 				j.valueDone()
 			}
 		case b == '\\':
 			j.mode = strEscape
+			return j.count()
 		case b < 0x20:
 			return false
+		case b&0xc0 != 0x80: // a character's first byte
+			return j.count()
 		}
 		return true
 	case strEscape:
@@ -238,6 +249,9 @@ func (j *JSON) beginValue(b byte) bool {
 			need = tArray
 		case b == '"':
 			need = tString
+			if n.minLen > 0 || n.maxLen >= 0 {
+				j.counting, j.strLen, j.lenMin, j.lenMax = true, 0, int32(n.minLen), int32(n.maxLen)
+			}
 		case b == '-' || b >= '0' && b <= '9':
 			need = tNumber | tInteger
 			j.intOnly = n.types&tNumber == 0
@@ -404,11 +418,24 @@ func (j *JSON) FeedString(s string) bool {
 	return true
 }
 
+// countedString reports whether the state is inside a string value with
+// length bounds (its plain bytes change only the count).
+func (j *JSON) countedString() bool { return j.mode == str && j.counting && !j.isKey }
+
+// count counts one more character of a string with length bounds.
+func (j *JSON) count() bool {
+	if !j.counting {
+		return true
+	}
+	j.strLen++
+	return j.lenMax < 0 || j.strLen <= j.lenMax
+}
+
 // plainString reports whether the state is inside a string whose plain
-// bytes (plainStringByte) it takes without changing: a value's string or
-// a key no schema property list narrows.
+// bytes (plainStringByte) it takes without changing: a value's string
+// without length bounds or a key no schema property list narrows.
 func (j *JSON) plainString() bool {
-	if j.mode != str {
+	if j.mode != str || j.counting {
 		return false
 	}
 	if j.isKey && j.sch != nil {

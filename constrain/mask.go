@@ -29,7 +29,17 @@ type Masker struct {
 	// some other byte — the only ones a walk from inside a string visits.
 	plainBits []uint64
 	special   []bool
+	// plainUpTo[c] marks the tokens of plain text of at most c
+	// characters, for strings with a maximum length.
+	plainUpTo [maxCounted + 1][]uint64
+	// long marks the nodes whose subtree holds a token with some other
+	// byte or of plain text longer than maxCounted characters.
+	long []bool
 }
+
+// maxCounted is the longest remaining length plainUpTo serves; a string
+// with more room left walks the trie.
+const maxCounted = 16
 
 type trieNode struct {
 	edges, edgesEnd int32 // children: edges[edges:edgesEnd]
@@ -60,9 +70,23 @@ func NewMasker(pieces []string, eog []bool) *Masker {
 	words := (len(pieces) + 63) / 64
 	m.bits.New = func() any { b := make([]uint64, words); return &b }
 	m.plainBits = make([]uint64, words)
+	for c := range m.plainUpTo {
+		m.plainUpTo[c] = make([]uint64, words)
+	}
 	for _, id := range ids {
-		if !strings.ContainsFunc(pieces[id], func(r rune) bool { return r < 0x20 || r == '"' || r == '\\' }) {
-			m.plainBits[id/64] |= 1 << (id % 64)
+		p := pieces[id]
+		if strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == '"' || r == '\\' }) {
+			continue
+		}
+		m.plainBits[id/64] |= 1 << (id % 64)
+		chars := 0
+		for i := 0; i < len(p); i++ {
+			if p[i]&0xc0 != 0x80 {
+				chars++
+			}
+		}
+		for c := chars; c <= maxCounted; c++ {
+			m.plainUpTo[c][id/64] |= 1 << (id % 64)
 		}
 	}
 	// Children come after their parent, so one pass from the end sees
@@ -77,7 +101,27 @@ func NewMasker(pieces []string, eog []bool) *Masker {
 			}
 		}
 	}
+	m.long = make([]bool, len(m.nodes))
+	m.markLong(0, 0)
 	return m
+}
+
+// markLong sets long for node n, whose path has chars characters, and its
+// subtree, and reports it.
+func (m *Masker) markLong(n int32, chars int) bool {
+	node := m.nodes[n]
+	long := chars > maxCounted && node.toksEnd > node.toks
+	for _, e := range m.edges[node.edges:node.edgesEnd] {
+		c := chars
+		if e.b&0xc0 != 0x80 {
+			c++
+		}
+		if m.markLong(e.child, c) || !plainStringByte(e.b) {
+			long = true
+		}
+	}
+	m.long[n] = long
+	return long
 }
 
 // build fills node n from ids (sorted by text, sharing their first depth
@@ -122,10 +166,23 @@ func (m *Masker) build(n int32, pieces []string, ids []int32, depth int) {
 func (m *Masker) Apply(state *JSON, logits []float32) int {
 	bp := m.bits.Get().(*[]uint64)
 	bits := *bp
-	if state.plainString() {
+	switch {
+	case state.plainString():
 		copy(bits, m.plainBits)
 		m.walkSpecial(0, state, bits)
-	} else {
+	case state.countedString() && state.lenMax < 0:
+		// Only a minimum: plain text is fine at any length.
+		copy(bits, m.plainBits)
+		m.walkCounted(0, state, 0, bits, false)
+	case state.countedString() && state.lenMax-state.strLen <= maxCounted:
+		copy(bits, m.plainUpTo[max(state.lenMax-state.strLen, 0)])
+		m.walkCounted(0, state, 0, bits, false)
+	case state.countedString():
+		// Room for more than maxCounted characters: the shorter plain
+		// tokens fit, the longer ones are found by the walk.
+		copy(bits, m.plainUpTo[maxCounted])
+		m.walkCounted(0, state, 0, bits, true)
+	default:
 		clear(bits)
 		m.walk(0, *state, bits)
 	}
@@ -180,6 +237,41 @@ func (m *Masker) walkSpecial(n int32, state *JSON, bits []uint64) {
 			continue
 		}
 		s := *state
+		if s.Feed(e.b) {
+			m.walk(e.child, s, bits)
+		}
+	}
+}
+
+// walkCounted is walkSpecial inside a string with length bounds: chars
+// counts the characters of the path from the root, which a plain byte
+// leaves to the count rather than to a copy of the state; a path longer
+// than the maximum is dropped. The tokens of plain text up to maxCounted
+// characters are marked already; with long, so far as they fit, are the
+// longer ones, which the walk marks (and follows the paths to).
+func (m *Masker) walkCounted(n int32, state *JSON, chars int32, bits []uint64, long bool) {
+	node := m.nodes[n]
+	if long && chars > maxCounted {
+		for _, id := range m.toks[node.toks:node.toksEnd] {
+			bits[id/64] |= 1 << (id % 64)
+		}
+	}
+	for _, e := range m.edges[node.edges:node.edgesEnd] {
+		if plainStringByte(e.b) {
+			c := chars
+			if e.b&0xc0 != 0x80 {
+				c++
+			}
+			if state.lenMax >= 0 && state.strLen+c > state.lenMax {
+				continue
+			}
+			if long && m.long[e.child] || m.special[e.child] {
+				m.walkCounted(e.child, state, c, bits, long)
+			}
+			continue
+		}
+		s := *state
+		s.strLen += chars
 		if s.Feed(e.b) {
 			m.walk(e.child, s, bits)
 		}

@@ -18,13 +18,17 @@ import (
 //     written (additionalProperties may be absent or false), and an object
 //     without properties takes any members;
 //   - items, minItems and maxItems for arrays;
+//   - minLength and maxLength for strings, in characters (an escape is one,
+//     so a surrogate pair written as two \u escapes counts two);
 //   - enum and const of strings (written without escapes), of numbers,
 //     booleans and null;
 //   - $defs / definitions with local "$ref": "#/$defs/name";
-//   - descriptions, titles, formats and the like are ignored.
+//   - descriptions, titles, formats and the like are ignored, and so are
+//     numeric bounds (minimum, maximum, multipleOf): generation follows
+//     the type but not the range.
 //
 // A schema with no type and no enum stands for any JSON value. The top
-// level must be an object or an array. Anything else — anyOf, patterns,
+// level must be an object or an array. Other structure — anyOf, patterns,
 // additionalProperties other than false — is refused with an error that
 // names where it is, rather than silently generating what the schema
 // does not allow.
@@ -54,6 +58,8 @@ type node struct {
 	items    int16    // array element node
 	minItems int      // array bounds; maxItems < 0 is unbounded
 	maxItems int      //
+	minLen   int      // string length bounds in characters; maxLen < 0 is unbounded
+	maxLen   int      //
 	enum     []string // allowed values as JSON text (strings quoted); nil is any
 }
 
@@ -148,7 +154,7 @@ func (c *compiler) compile(v map[string]any, path string, depth int) (int16, err
 			return bad("%q is not supported", k)
 		}
 	}
-	n := node{items: -1, maxItems: -1}
+	n := node{items: -1, maxItems: -1, maxLen: -1}
 	switch t := v["type"].(type) {
 	case nil:
 	case string:
@@ -217,6 +223,11 @@ func (c *compiler) compile(v map[string]any, path string, depth int) (int16, err
 	}
 	if n.types&tArray != 0 {
 		if err := c.array(&n, v, path, depth); err != nil {
+			return 0, err
+		}
+	}
+	if n.types&tString != 0 {
+		if err := counts(v, path, &n.minLen, &n.maxLen, "minLength", "maxLength"); err != nil {
 			return 0, err
 		}
 	}
@@ -290,10 +301,16 @@ func (c *compiler) array(n *node, v map[string]any, path string, depth int) erro
 		}
 		n.items = id
 	}
+	return counts(v, path, &n.minItems, &n.maxItems, "minItems", "maxItems")
+}
+
+// counts reads a pair of bounds such as minItems and maxItems (counts up
+// to 65536) into lo and hi, leaving what is absent.
+func counts(v map[string]any, path string, lo, hi *int, loKey, hiKey string) error {
 	for _, k := range []struct {
 		key string
 		dst *int
-	}{{"minItems", &n.minItems}, {"maxItems", &n.maxItems}} {
+	}{{loKey, lo}, {hiKey, hi}} {
 		x, ok := v[k.key]
 		if !ok {
 			continue
@@ -305,8 +322,8 @@ func (c *compiler) array(n *node, v map[string]any, path string, depth int) erro
 		}
 		*k.dst = i
 	}
-	if n.maxItems >= 0 && n.maxItems < n.minItems {
-		return fmt.Errorf("schema: %s: maxItems %d < minItems %d", path, n.maxItems, n.minItems)
+	if *hi >= 0 && *hi < *lo {
+		return fmt.Errorf("schema: %s: %s %d < %s %d", path, hiKey, *hi, loKey, *lo)
 	}
 	return nil
 }

@@ -17,7 +17,10 @@ const personSchema = `{
     "mood": {"enum": ["happy", "sad", "so so"]},
     "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
     "pet": {"type": ["object", "null"], "properties": {"kind": {"const": "cat"}, "lives": {"enum": [9, 7.5, true, null]}}, "required": ["kind"]},
-    "extra": {}
+    "extra": {},
+    "nick": {"type": "string", "minLength": 2, "maxLength": 4},
+    "bio": {"type": "string", "maxLength": 40},
+    "code": {"type": "string", "minLength": 3}
   },
   "required": ["name", "age"],
   "additionalProperties": false
@@ -59,7 +62,14 @@ func TestSchemaDocuments(t *testing.T) {
 		{`{"name":"x","age":1,"pet":{"kind":"cat","lives":8}`, false, false},
 		{`{"name":"x","age":1,"pet":true`, false, false},
 		{`{"na\u006de":"x"`, false, false}, // escapes in keys are refused
-		{`["x"]`, false, false},            // an object is expected
+		{`{"name":"x","age":1,"nick":"ab"}`, true, true},
+		{`{"name":"x","age":1,"nick":"é€xy"}`, true, true},  // characters, not bytes
+		{`{"name":"x","age":1,"nick":"a\"bc"}`, true, true}, // an escape is one
+		{`{"name":"x","age":1,"nick":"a`, true, false},      // may go on
+		{`{"name":"x","age":1,"nick":"a"}`, false, false},   // minLength 2
+		{`{"name":"x","age":1,"nick":"abcde`, false, false}, // maxLength 4
+		{`{"name":"x","age":1,"nick":"a\u0041bcd`, false, false},
+		{`["x"]`, false, false}, // an object is expected
 	} {
 		j := NewSchemaJSON(s)
 		ok := j.FeedString(tc.doc)
@@ -260,7 +270,7 @@ func TestMaskerMatchesBruteForce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := []string{`{"name":"Ann","age":30,"mood":"so so","tags":["a","b"],"pet":{"kind":"cat","lives":7.5}}`, `{"a":[1,true,null],"b":{"c":-1.5e3}}`}
+	docs := []string{`{"name":"Ann","age":30,"mood":"so so","nick":"é\"x","tags":["a","b"],"pet":{"kind":"cat","lives":7.5}}`, `{"a":[1,true,null],"b":{"c":-1.5e3}}`}
 	for _, withSchema := range []bool{false, true} {
 		for _, doc := range docs {
 			start := JSON{}

@@ -27,7 +27,7 @@ func qwenPieces(tb testing.TB) ([]string, []bool) {
 }
 
 // vocabStates are prefixes of a schema document in every kind of state.
-var vocabStates = []string{`{"name":"Ann","age":3`, `{"name":"An`, `{"na`, `{"name":"Ann","age":3,"extra":{"`, `{"name":"Ann","age":3,"extra":{"k":`, `{"name":"A\`, `{"name":"Ann","age":3,"mood":"so`}
+var vocabStates = []string{`{"name":"Ann","age":3`, `{"name":"An`, `{"na`, `{"name":"Ann","age":3,"extra":{"`, `{"name":"Ann","age":3,"extra":{"k":`, `{"name":"A\`, `{"name":"Ann","age":3,"mood":"so`, `{"name":"Ann","age":3,"nick":"a`, `{"name":"Ann","age":3,"bio":"ab`, `{"name":"Ann","age":3,"code":"a`}
 
 // TestMaskerRealVocabulary: on a real 151k vocabulary — quotes, escapes,
 // whitespace runs, multi-byte text — the trie walk allows exactly what
