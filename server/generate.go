@@ -157,9 +157,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 		return err
 	}
 	// With tools, a reply that may be a call is held back until it is
-	// known: sent as calls at the end, or as text once it cannot be one.
-	// (Not with log-probabilities, which go out with their tokens.)
-	held, holding := "", readCalls && top < 0
+	// known: sent as calls at the end, or as text (with its tokens'
+	// log-probabilities) once it cannot be one.
+	held, holding := "", readCalls
+	var heldToks []weft.Token
 	out, err := s.run(r.Context(), j, start, rec, func(tok weft.Token) error {
 		var lp *chatLogprobs
 		if top >= 0 && generated(tok) {
@@ -168,10 +169,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record) error
 		text := tok.Text
 		if holding {
 			held += text
+			if top >= 0 && generated(tok) {
+				heldToks = append(heldToks, tok)
+			}
 			if !tok.Done && mayBeToolCall(held) {
 				return nil
 			}
 			holding, text = false, held
+			if len(heldToks) > 0 {
+				lp = s.chatLogprobs(heldToks, top)
+			}
 			if tok.Done && tok.FinishReason == "stop" {
 				if content, calls := weft.ParseToolCalls(held); calls != nil {
 					if content != "" {

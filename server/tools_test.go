@@ -142,3 +142,46 @@ func TestToolsReachTheTemplate(t *testing.T) {
 		t.Errorf("prompt tokens: %d without tools, %d with, %d with tool_choice none", plain, with, none)
 	}
 }
+
+// TestToolsStreamLogprobs: a streamed reply held back while it might be a
+// tool call still brings every token's log-probability once released.
+func TestToolsStreamLogprobs(t *testing.T) {
+	m := load(t, chatModelPath(t), 1, 512)
+	_, ts := newTestServer(t, m, Options{})
+	req := `{"messages":[{"role":"user","content":"Tell me a story"}],"tools":[{"type":"function","function":{"name":"f"}}],` +
+		`"logprobs":true,"top_logprobs":2,"max_tokens":8,"temperature":0,"stream":true}`
+	resp, body := do(t, "POST", ts.URL+"/v1/chat/completions", req)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var text strings.Builder
+	entries := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta    struct{ Content *string }
+				Logprobs *struct {
+					Content []struct{ Token string }
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ch.Choices {
+			if c.Delta.Content != nil {
+				text.WriteString(*c.Delta.Content)
+			}
+			if c.Logprobs != nil {
+				entries += len(c.Logprobs.Content)
+			}
+		}
+	}
+	if entries != 8 || text.Len() == 0 {
+		t.Errorf("%d log-probability entries for 8 tokens, text %q", entries, text.String())
+	}
+}
