@@ -56,6 +56,7 @@ func (s *Server) run(ctx context.Context, j job, start time.Time, rec *record, e
 		out.text += tok.Text
 		if tok.Done {
 			out.finish, out.cached = tok.FinishReason, tok.CachedPromptTokens
+			rec.cachedTokens += tok.CachedPromptTokens
 		}
 		if err := each(tok); err != nil {
 			return out, err

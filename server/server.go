@@ -107,6 +107,7 @@ type route struct {
 // record is what a request reports for its log line and the metrics.
 type record struct {
 	promptTokens, completionTokens int
+	cachedTokens                   int           // of the prompt, found in the slot's cache
 	firstToken                     time.Duration // from arrival; 0 when none came
 }
 
@@ -174,6 +175,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.metrics.observe(name, rw.code(), d, rec)
 	attrs := []any{"method", r.Method, "path", r.URL.Path, "status", rw.code(), "duration", d.Round(time.Microsecond),
 		"prompt_tokens", rec.promptTokens, "completion_tokens", rec.completionTokens}
+	if rec.cachedTokens > 0 {
+		attrs = append(attrs, "cached_tokens", rec.cachedTokens)
+	}
 	if err != nil {
 		attrs = append(attrs, "error", err.Error())
 	}
