@@ -73,11 +73,7 @@ func TestToolCalls(t *testing.T) {
 		t.Fatalf("stream status %d: %s", resp.StatusCode, body)
 	}
 	var sawCall, sawFinish bool
-	for _, line := range strings.Split(string(body), "\n") {
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok || data == "[DONE]" {
-			continue
-		}
+	for _, data := range sseData(body) {
 		var ch struct {
 			Choices []struct {
 				Delta struct {
@@ -156,11 +152,7 @@ func TestToolsStreamLogprobs(t *testing.T) {
 	}
 	var text strings.Builder
 	entries := 0
-	for _, line := range strings.Split(string(body), "\n") {
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok || data == "[DONE]" {
-			continue
-		}
+	for _, data := range sseData(body) {
 		var ch struct {
 			Choices []struct {
 				Delta    struct{ Content *string }
@@ -184,4 +176,15 @@ func TestToolsStreamLogprobs(t *testing.T) {
 	if entries != 8 || text.Len() == 0 {
 		t.Errorf("%d log-probability entries for 8 tokens, text %q", entries, text.String())
 	}
+}
+
+// sseData is the data of each event of an SSE body, but the final [DONE].
+func sseData(body []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok && data != "[DONE]" {
+			out = append(out, data)
+		}
+	}
+	return out
 }
