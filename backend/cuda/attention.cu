@@ -86,6 +86,155 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
     }
 }
 
+// attention_split is decode attention split over positions (flash-
+// decoding), so that a long context is read by many blocks at once and
+// each key and value of a kv head is read once for all its query heads.
+// Grid (nkv·S, rows), AS_WARPS warps a block. Block (kvh, s) of row r
+// takes the s-th of S equal runs of the row's visible positions (whole
+// tiles of kt ≤ 32 keys), loads them a tile at a time into shared memory (keys
+// [kt][hd+4], values [kt][hd]) and runs an online softmax for each
+// query head of kvh (warp w takes heads w, w+AS_WARPS, ...; lane j scores
+// key j of the tile, then owns dims j, j+32, ... of the output). Each
+// head's partial result (acc[hd], max, sum) goes to part [rows, nheads, S,
+// hd+2]; the last block of (r, kvh) to finish (count, reset by it for the
+// next launch) merges the S partials in order s = 0, 1, ..., so the sum
+// does not depend on which block finished last, and writes out (and, with
+// qa set, the int8 rows as quantize_q8 would). Needs hd % 4 == 0, hd <=
+// 32·AS_ND, nheads/nkv <= AS_WARPS·AS_HPW and S <= AS_MAXS.
+#define AS_WARPS 4
+#define AS_HPW 4
+#define AS_ND 8
+#define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
+
+extern "C" __global__ void __launch_bounds__(32 * AS_WARPS)
+    attention_split(float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos,
+                    const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window,
+                    signed char* qa, float2* ds, float* part, int* count, int S, int kt) {
+    pdl();
+    extern __shared__ __align__(16) float sms[];
+    __shared__ int last;
+    int r = blockIdx.y;
+    if (r >= meta[0]) return;
+    int kvh = blockIdx.x / S, s = blockIdx.x % S;
+    int G = nheads / nkv, hdp = hd + 4, kvdim = nkv * hd, hd4 = hd >> 2;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float* Ks = sms;           // [kt][hdp]
+    float* Vs = Ks + kt * hdp; // [kt][hd]
+    float* Qs = Vs + kt * hd;  // [G][hd]
+    float* Ws = Qs + G * hd;   // [AS_WARPS][AS_MAXS]: merge weights
+    int p = pos[r], first = window > 0 ? max(0, p - window + 1) : 0;
+    int chunk = ((p - first + S) / S + kt - 1) / kt * kt;
+    int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
+    u64 base = (u64)slots[r] * cap * kvdim + (u64)kvh * hd;
+    const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
+    for (int i = tid; i < G * hd; i += blockDim.x) Qs[i] = qb[i];
+
+    float m[AS_HPW], l[AS_HPW], acc[AS_HPW][AS_ND];
+#pragma unroll
+    for (int g = 0; g < AS_HPW; g++) {
+        m[g] = NEG_INF;
+        l[g] = 0.f;
+#pragma unroll
+        for (int k = 0; k < AS_ND; k++) acc[g][k] = 0.f;
+    }
+    for (int t0 = j0; t0 < j1; t0 += kt) {
+        int nt = min(kt, j1 - t0);
+        __syncthreads(); // the previous tile is consumed (and Qs written)
+        for (int i = tid; i < nt * hd4; i += blockDim.x) {
+            int key = i / hd4, c = (i - key * hd4) << 2;
+            u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
+            *(float4*)&Ks[key * hdp + c] = *(const float4*)(kc + at);
+            *(float4*)&Vs[key * hd + c] = *(const float4*)(vc + at);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int gi = 0; gi < AS_HPW; gi++) {
+            int g = warp + gi * AS_WARPS;
+            if (g >= G) break;
+            float sc = NEG_INF;
+            if (lane < nt) {
+                const float* qg = Qs + g * hd;
+                const float* kj = Ks + lane * hdp;
+                float d = 0.f;
+                for (int c = 0; c < hd; c += 4) {
+                    float4 a = *(const float4*)(qg + c), b = *(const float4*)(kj + c);
+                    d += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                }
+                sc = d * scale;
+                if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+            }
+            float mn = fmaxf(m[gi], warp_max(sc)), corr = expf(m[gi] - mn);
+            float e = lane < nt ? expf(sc - mn) : 0.f;
+            l[gi] = l[gi] * corr + warp_sum(e);
+            m[gi] = mn;
+#pragma unroll
+            for (int k = 0; k < AS_ND; k++) acc[gi][k] *= corr;
+            for (int j = 0; j < nt; j++) {
+                float ej = __shfl_sync(0xffffffffu, e, j);
+                const float* vj = Vs + j * hd;
+#pragma unroll
+                for (int k = 0; k < AS_ND; k++) {
+                    int d = lane + 32 * k;
+                    if (d < hd) acc[gi][k] += ej * vj[d];
+                }
+            }
+        }
+    }
+
+    // This block's partials, then the merge by the last block of (r, kvh).
+#pragma unroll
+    for (int gi = 0; gi < AS_HPW; gi++) {
+        int g = warp + gi * AS_WARPS;
+        if (g >= G) break;
+        float* pp = part + (((u64)r * nheads + (u64)kvh * G + g) * S + s) * (hd + 2);
+#pragma unroll
+        for (int k = 0; k < AS_ND; k++) {
+            int d = lane + 32 * k;
+            if (d < hd) pp[d] = acc[gi][k];
+        }
+        if (lane == 0) {
+            pp[hd] = m[gi];
+            pp[hd + 1] = l[gi];
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int* c = count + (u64)r * nkv + kvh;
+        last = atomicAdd(c, 1) == S - 1;
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float* wts = Ws + warp * AS_MAXS;
+    for (int g = warp; g < G; g += AS_WARPS) {
+        const float* pp = part + ((u64)r * nheads + (u64)kvh * G + g) * S * (hd + 2);
+        // Position p is visible, so some partial has a finite max; one
+        // that saw no position has max -inf and weighs exp(-inf) = 0.
+        float M = NEG_INF;
+        for (int i = 0; i < S; i++) M = fmaxf(M, __ldcg(pp + i * (hd + 2) + hd));
+        for (int i = lane; i < S; i += 32) wts[i] = expf(__ldcg(pp + i * (hd + 2) + hd) - M);
+        __syncwarp();
+        float L = 0.f;
+        for (int i = 0; i < S; i++) L += __ldcg(pp + i * (hd + 2) + hd + 1) * wts[i];
+        u64 ob = ((u64)r * nheads + (u64)kvh * G + g) * hd;
+        for (int d0 = 0; d0 < hd; d0 += 32) {
+            int d = d0 + lane;
+            float v = 0.f;
+            if (d < hd) {
+                for (int i = 0; i < S; i++) v += __ldcg(pp + i * (hd + 2) + d) * wts[i];
+                v /= L;
+                out[ob + d] = v;
+            }
+            // With qa set (hd a multiple of 32), the warp's 32 dims are one
+            // block of the quantized output.
+            if (qa) q8_store(v, qa + ob + d, ds + ((ob + d) >> 5), lane);
+        }
+        __syncwarp();
+    }
+}
+
 // attention_tiled is the prefill path: one block per (kv head, AT_ROWS
 // consecutive rows). Rows of one slot form a segment whose query vectors
 // (rows × the kv head's nheads/nkv query heads) share every tile of AT_KT

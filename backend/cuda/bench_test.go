@@ -196,8 +196,9 @@ func TestSynthBenchModels(t *testing.T) {
 }
 
 // fastSynth writes what synth.Write does for a dense architecture whose
-// matrices all take typ (Q8_0 or Q4_0), with uniformly random quants and
-// block scales that give the weights synth's standard deviation, 0.02:
+// matrices all take typ (Q8_0 or Q4_0, with uniformly random quants and
+// block scales that give the weights synth's standard deviation, 0.02; or
+// BF16, with random signs and mantissas of magnitudes in [2^-7, 2^-5)):
 // products and attention cost what they cost on any weights, and the
 // file is written at the speed of the disk.
 func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type, name string) error {
@@ -205,8 +206,8 @@ func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type,
 	qstd := 73.9
 	if typ == ggml.Q4_0 {
 		qstd = 4.61
-	} else if typ != ggml.Q8_0 {
-		return fmt.Errorf("fastSynth: type %s, want Q8_0 or Q4_0", typ)
+	} else if typ != ggml.Q8_0 && typ != ggml.BF16 {
+		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0 or BF16", typ)
 	}
 	if d.QKVBias || len(d.Required) == 0 {
 		return fmt.Errorf("fastSynth: architecture %s has biases or no layers", d.Name)
@@ -280,11 +281,30 @@ func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) err
 		_, err := w.Write(b)
 		return err
 	}
+	const perWrite = 1 << 15
+	if t == ggml.BF16 {
+		// Sign and mantissa random, exponent 2^-7 or 2^-6 (bf16 is the
+		// top half of a float32): 16 random bits an element.
+		buf := make([]byte, 2*perWrite)
+		for done := 0; done < n; done += perWrite {
+			m := min(perWrite, n-done)
+			for i := 0; i < m; i += 4 {
+				r := rng.Uint64()
+				for k := 0; k < 4 && i+k < m; k++ {
+					x := uint16(r >> (16 * k))
+					binary.LittleEndian.PutUint16(buf[2*(i+k):], x&0x807f|(120+x>>14&1)<<7)
+				}
+			}
+			if _, err := w.Write(buf[:2*m]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	blockBytes := 34
 	if t == ggml.Q4_0 {
 		blockBytes = 18
 	}
-	const perWrite = 1 << 15
 	buf := make([]byte, perWrite*blockBytes)
 	for done := 0; done < n/32; done += perWrite {
 		nb := min(perWrite, n/32-done)
@@ -471,12 +491,12 @@ func TestProfileDecode(t *testing.T) {
 }
 
 // TestFastSynth checks that fastSynth's files load and run (on the CPU
-// backend) to finite logits, for both types.
+// backend) to finite logits, for each type.
 func TestFastSynth(t *testing.T) {
 	c := weights.Config{Architecture: "llama", NLayers: 2, Dim: 64, NHeads: 4, NKVHeads: 2, HeadDim: 16,
 		FFNDim: 128, VocabSize: 300, ContextLength: 64, NormEps: 1e-5, RopeTheta: 10000, RopeDim: 16}
 	d, _ := arch.Lookup("llama")
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0} {
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.BF16} {
 		path := filepath.Join(t.TempDir(), "m.gguf")
 		f, err := os.Create(path)
 		if err != nil {
@@ -518,7 +538,7 @@ func TestFastSynth(t *testing.T) {
 		m.Close()
 		w.Close()
 	}
-	if err := fastSynth(io.Discard, c, d, ggml.BF16, "tiny"); err == nil {
-		t.Error("fastSynth wrote BF16")
+	if err := fastSynth(io.Discard, c, d, ggml.Q6_K, "tiny"); err == nil {
+		t.Error("fastSynth wrote Q6_K")
 	}
 }

@@ -157,16 +157,16 @@ func TestPlan(t *testing.T) {
 		want []string
 	}{
 		{false, false, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
-			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 		{true, false, []string{"embed_q8_0", "rmsnorm_q8", "rmsnorm", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
-			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 		// mmq reads the int8 rows the fused norm writes for every batch.
 		{true, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
-			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 		{false, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
-			"attention", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 	} {
 		pl, err := plan(validProgram(t), planOptions{gemm: tc.gemm, sms: 4, mmq: tc.mmq})
 		if err != nil {
@@ -312,14 +312,14 @@ func TestPlanMMQ(t *testing.T) {
 	want := []launch{{0, "embed_f32", always}, {1, "rmsnorm_q8", always},
 		{2, "matvec_q4_0", small}, {2, "mmq_q4_0", large}, {3, "mmq_q8_0", large},
 		{4, "mmq_q8_0", large}, {3, "matvec3_q8_0", small}, {5, "store_kv", always},
-		{6, "attention", small}, {6, "attention_tiled_64", large}, {6, "quantize_q8", large},
+		{6, "attention_split", small}, {6, "attention_tiled_64", large}, {6, "quantize_q8", large},
 		{7, "matvec_q4_0", small}, {7, "mmq_q4_0", large}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("launches %v\nwant %v", got, want)
 	}
 	for _, c := range pl.calls {
 		switch {
-		case c.kernel == "attention" && c.args[len(c.args)-2] != scratch(scratchQ8):
+		case c.kernel == "attention_split" && c.args[len(c.args)-6] != scratch(scratchQ8):
 			t.Errorf("the decode attention does not quantize its output: %+v", c.args)
 		case c.op == 7 && c.args[1] != buf(x):
 			t.Errorf("%s of the output product adds to %+v, want buffer %d", c.kernel, c.args[1], x)
@@ -369,8 +369,8 @@ func TestPlanRopeStore(t *testing.T) {
 		kTable int
 		want   []string
 	}{
-		{"fused", 0, []string{"rope_store", "attention"}},
-		{"two tables", 1, []string{"rope", "rope", "store_kv", "attention"}},
+		{"fused", 0, []string{"rope_store", "attention_split"}},
+		{"two tables", 1, []string{"rope", "rope", "store_kv", "attention_split"}},
 	} {
 		b := newProg(t, 1, 4, 1, 32, 64)
 		q, k, v, att := b.buf(64), b.buf(32), b.buf(32), b.buf(64)
@@ -493,6 +493,63 @@ func TestNVRTCCompilesKernels(t *testing.T) {
 		}
 		if len(image) < 1000 {
 			t.Errorf("%s: %d bytes of output", tg.option(), len(image))
+		}
+	}
+}
+
+// TestPlanSplitAttention checks which decode attention kernel each head
+// shape gets, and how many splits a cache makes.
+func TestPlanSplitAttention(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		heads, kv, hd, context int
+		want                   []string // launches for small batches, then for large
+		splits, kt             int32
+		keys                   int // planOptions.splitKeys
+	}{
+		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split", "attention_tiled_64"}, 8, 32, 0},
+		{"short", 8, 2, 64, 40, []string{"attention_split", "attention_tiled_64"}, 1, 32, 0},
+		{"long", 8, 2, 64, 100000, []string{"attention_split", "attention_tiled_64"}, attSplitMax, 32, 0},
+		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 2, 16, 0},
+		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0},
+		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0},
+		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0},
+		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, -1},
+		{"keys-100", 8, 2, 64, 1000, []string{"attention_split", "attention_tiled_64"}, 10, 32, 100},
+	} {
+		b := newProg(t, 1, 16, 1, tc.context, tc.heads*tc.hd)
+		q, k, v, att := b.buf(tc.heads*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.heads*tc.hd)
+		b.cache(tc.kv*tc.hd, tc.context)
+		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
+		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: tc.heads, NKV: tc.kv, HeadDim: tc.hd, Scale: 0.25})
+		b.p.Logits = att
+		pl, err := plan(b.p, planOptions{sms: 4, splitKeys: tc.keys})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var sk, lk []string
+		for _, c := range pl.calls {
+			if c.op != 1 {
+				continue
+			}
+			if c.cond != large {
+				sk = append(sk, c.kernel)
+			}
+			if c.cond != small {
+				lk = append(lk, c.kernel)
+			}
+			if c.kernel == "attention_split" {
+				n := len(c.args)
+				if c.args[n-2] != i32(int(tc.splits)) || c.args[n-1] != i32(int(tc.kt)) || c.gridX != uint32(tc.kv)*uint32(tc.splits) {
+					t.Errorf("%s: splits %+v, tile %+v, grid %d; want %d splits of %d-key tiles", tc.name, c.args[n-2], c.args[n-1], c.gridX, tc.splits, tc.kt)
+				}
+				if want := int64(4 * smallRows * tc.heads * int(tc.splits) * (tc.hd + 2)); pl.scratch[scratchAttnPart] != want {
+					t.Errorf("%s: partials %d bytes, want %d", tc.name, pl.scratch[scratchAttnPart], want)
+				}
+			}
+		}
+		if got := append(sk, lk...); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: kernels %v (small) %v (large), want %v", tc.name, sk, lk, tc.want)
 		}
 	}
 }

@@ -71,9 +71,23 @@ type boundGemm struct {
 	n, k      int
 }
 
+// splitKeys overrides attSplitKeys when set; tests lower it so that short
+// caches split over several blocks.
+var splitKeys int
+
+// attentionSplitKeys is the planOptions.splitKeys to compile with:
+// WEFT_CUDA_SPLIT=0 turns split decode attention off (-1), for
+// comparisons.
+func attentionSplitKeys() int {
+	if os.Getenv("WEFT_CUDA_SPLIT") == "0" {
+		return -1
+	}
+	return splitKeys
+}
+
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
-	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch)})
+	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys()})
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,10 @@ func WorkBytes(c *weights.Config, maxRows int, largest *weights.Tensor) int64 {
 		// weights are repacked through on upload.
 		scratch += min(largest.Rows()*largest.Cols()*2, maxW16Bytes) + WeightBytes(largest)
 	}
+	// Split decode attention's partial results (at most attSplitMax
+	// splits) and counters.
+	rows8 := min(rows, smallRows)
+	scratch += 4 * rows8 * (int64(c.NHeads)*attSplitMax*int64(c.HeadDim+2) + int64(c.NKVHeads))
 	// The batch (meta) and the rope tables (local and global).
 	small := 4*(metaArrays+4*rows) + 2*4*int64(c.HeadDim)
 	return bufs + scratch + small + ModuleBytes

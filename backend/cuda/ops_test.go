@@ -123,9 +123,12 @@ type opCase struct {
 	name                    string
 	maxRows, slots, context int
 	vocab                   int // columns of the output buffer
-	build                   func(b *progBuilder, out backend.BufID)
-	selected                bool
-	tol                     float64
+	// mmqTol, when set, runs the case a second time with WEFT_MMQ=1 to
+	// this tolerance.
+	mmqTol   float64
+	build    func(b *progBuilder, out backend.BufID)
+	selected bool
+	tol      float64
 }
 
 func opCases() []opCase {
@@ -143,16 +146,19 @@ func opCases() []opCase {
 		// int8 on both backends (TestQuantizedMatVec and TestMMQExact
 		// check the GPU's exactly); cuBLAS takes f16 operands for more
 		// than smallRows rows of the other types.
-		small, large := 1e-5, 3e-3
+		// With WEFT_MMQ=1 the Q8_0/Q4_0 products of large batches run on
+		// mmq, which does the CPU's operations in its order.
+		small, large, mmq := 1e-5, 3e-3, 0.0
 		if typ == "Q8_0" || typ == "Q4_0" {
-			large = 1e-5
+			mmq = 1e-5
 		}
 		for _, shape := range []struct {
 			name            string
 			maxRows, k, out int
-			tol             float64
-		}{{"", 7, cols, 45, small}, {"/vec", 8, 96, 33, small}, {"/large", 40, 96, 45, large}} {
-			cases = append(cases, opCase{name: "matmul/" + typ + shape.name, maxRows: shape.maxRows, slots: 1, context: 64, vocab: shape.out, tol: shape.tol,
+			tol, mmqTol     float64
+		}{{"", 7, cols, 45, small, 0}, {"/vec", 8, 96, 33, small, 0}, {"/large", 40, 96, 45, large, mmq}} {
+			cases = append(cases, opCase{name: "matmul/" + typ + shape.name, maxRows: shape.maxRows, slots: 1, context: 64, vocab: shape.out,
+				tol: shape.tol, mmqTol: shape.mmqTol,
 				build: func(b *progBuilder, out backend.BufID) {
 					a := b.buf(shape.k)
 					b.fill(a, 1)
@@ -199,11 +205,16 @@ func opCases() []opCase {
 	}
 	// A norm, a GLU and attention quantize their own outputs for the
 	// Q8_0/Q4_0 product after them; above smallRows rows the products run
-	// on mmq (the tiled attention's output quantized by quantize_q8).
-	// Float rounding left between the backends may still move an
-	// activation across an int8 level down such a chain, hence 3e-3.
+	// on cuBLAS in f16 or, with WEFT_MMQ=1, on mmq (the tiled attention's
+	// output quantized by quantize_q8). Float rounding left between the
+	// backends may still move an activation across an int8 level down
+	// such a chain, hence 3e-3; f16 operands move more (7.7e-3 seen).
 	for _, maxRows := range []int{5, smallRows, 20} {
-		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: 3e-3,
+		tol := 3e-3
+		if maxRows > smallRows {
+			tol = 2e-2
+		}
+		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: tol, mmqTol: 3e-3,
 			build: func(b *progBuilder, out backend.BufID) {
 				x, xn, g, u, q, k, v, att := b.buf(128), b.buf(128), b.buf(96), b.buf(96), b.buf(128), b.buf(64), b.buf(64), b.buf(128)
 				b.fill(x, 1)
@@ -307,8 +318,15 @@ func opCases() []opCase {
 		{"tiled-64", 8, 2, 64, 0, 0, 20, 2}, {"tiled-gqa3-40", 6, 2, 40, 0, 0, 19, 2}, {"tiled-128", 4, 1, 128, 0, 0, 17, 1},
 		{"tiled-window-ring", 4, 1, 72, 5, 0, 20, 2}, {"tiled-softcap", 6, 3, 16, 0, 20, 20, 3}, {"tiled-mixed-slots", 4, 2, 32, 0, 0, 12, 10},
 		{"tiled-odd-dims", 3, 1, 30, 0, 0, 20, 2}, {"tiled-gqa8", 16, 2, 64, 0, 0, 20, 2},
+		// Decode attention splits the cache in runs of splitKeys positions
+		// (lowered to 8 by TestOpsAgainstCPU's split/ variants); 300
+		// positions make 3 splits of several tiles at the default.
+		{"long", 8, 2, 64, 0, 0, 8, 1}, {"long-gqa16-odd", 16, 1, 44, 0, 0, 3, 2}, {"mha-5", 5, 5, 32, 0, 0, 4, 1},
 	} {
 		maxRows, slots, context := ac.maxRows, ac.slots, 40
+		if strings.HasPrefix(ac.name, "long") {
+			context = 300
+		}
 		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5,
 			build: func(b *progBuilder, out backend.BufID) {
 				q, k, v := b.buf(ac.heads*ac.hd), b.buf(ac.kv*ac.hd), b.buf(ac.kv*ac.hd)
@@ -329,17 +347,33 @@ func opCases() []opCase {
 }
 
 // TestOpsAgainstCPU runs every op, on random data of odd sizes, on both
-// backends.
+// backends: every case as planned by default, cases with mmqTol again
+// with WEFT_MMQ=1, attention cases again with the cache split in runs of
+// 8 positions.
 func TestOpsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	for i, tc := range opCases() {
-		t.Run(tc.name, func(t *testing.T) {
+		run := func(t *testing.T, tol float64) {
 			b := newProg(t, uint64(i+1), tc.maxRows, tc.slots, tc.context, tc.vocab)
 			out := b.buf(tc.vocab)
 			b.p.Logits = out
 			tc.build(b, out)
-			compareWithCPU(t, gpu, b.p, 30, tc.selected, tc.tol)
-		})
+			compareWithCPU(t, gpu, b.p, 30, tc.selected, tol)
+		}
+		t.Run(tc.name, func(t *testing.T) { run(t, tc.tol) })
+		if tc.mmqTol > 0 {
+			t.Run("mmq/"+tc.name, func(t *testing.T) {
+				t.Setenv("WEFT_MMQ", "1")
+				run(t, tc.mmqTol)
+			})
+		}
+		if strings.HasPrefix(tc.name, "attention/") {
+			t.Run("split/"+tc.name, func(t *testing.T) {
+				defer func(k int) { splitKeys = k }(splitKeys)
+				splitKeys = 8
+				run(t, tc.tol)
+			})
+		}
 	}
 }
 

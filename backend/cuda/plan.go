@@ -55,6 +55,11 @@ const (
 	scratchQ8KRec        // their per-256 records [MaxRows, K/256] (kquant.go)
 	scratchG8            // int8 rows written by a fused GLU [MaxRows, N] while it reads scratchQ8
 	scratchG8DS          // their block scales
+	// attention_split's partial results [smallRows, heads, splits, hd+2]
+	// and its counters [smallRows, kv heads], which must read zero
+	// between launches (the kernel leaves them so).
+	scratchAttnPart
+	scratchAttnCount
 	numScratch
 )
 
@@ -204,6 +209,17 @@ const (
 	attTileRows    = 8   // kernels.cu AT_ROWS
 	attTileKeys    = 32  // kernels.cu AT_KT
 	attTileWarps   = 8   // kernels.cu AT_WARPS
+	// attention_split (attention.cu): AS_WARPS, AS_MAXS, the largest head
+	// size (32·AS_ND) and query heads per kv head (AS_WARPS·AS_HPW), and
+	// the cache positions per split.
+	attSplitWarps    = 4
+	attSplitMax      = 64
+	attSplitMaxDim   = 256
+	attSplitMaxGroup = 16
+	attSplitKeys     = 128
+	// maxStaticShared is the dynamic shared memory a launch may take
+	// without opting in to more.
+	maxStaticShared = 48 << 10
 	// maxW16Bytes bounds the f16 copy of one weight for cuBLAS; a larger
 	// weight (a big vocabulary's output matrix) stays on the
 	// matrix-vector path.
@@ -217,6 +233,10 @@ type planOptions struct {
 	gemm bool // cuBLAS is loaded
 	sms  int  // multiprocessors, to size matrix-vector grids
 	mmq  bool // products by Q8_0 and Q4_0 weights in large batches go to mmq (mmqOn)
+	// splitKeys is the cache positions per split of decode attention
+	// (0: attSplitKeys, below 0: no split kernel); tests set it low to
+	// split short caches.
+	splitKeys int
 }
 
 // planned is a checked program: its launches, how each weight is stored
@@ -568,7 +588,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 				metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(c.KVDim), i32(c.Capacity)}})
 
 	case backend.OpAttention:
-		return planAttention(p, st, op, meta)
+		return planAttention(p, pl, st, op, meta, opt)
 
 	case backend.OpAdd, backend.OpGLU:
 		if err := bufOK(op.Out, op.A, op.B); err != nil {

@@ -172,7 +172,7 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 
 // planAttention checks an attention op and returns the decode kernel and,
 // where the head size suits it, the tiled kernel for large batches.
-func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) ([]call, error) {
+func planAttention(p *backend.Program, pl *planned, st *planState, op *backend.Op, meta arg, opt planOptions) ([]call, error) {
 	for _, id := range []backend.BufID{op.Out, op.A} {
 		if id < 0 || int(id) >= len(p.Bufs) {
 			return nil, fmt.Errorf("buffer %d out of range", id)
@@ -211,8 +211,18 @@ func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) 
 	}
 	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
 		shared: uint32(4 * attentionWarps * (hd + 2)), args: append(append([]arg(nil), args...), q8, ds), which: metaRows}
+	split, splitOK := planSplitAttention(p, pl, op, c.Capacity, opt, append(append([]arg(nil), args...), q8, ds))
 	if !tiles {
-		return []call{dec}, nil
+		if !splitOK {
+			return []call{dec}, nil
+		}
+		// Batches of up to smallRows rows split over positions, larger
+		// ones run the decode kernel (heads too large for the tiles).
+		dec.cond, split.cond = large, small
+		return []call{split, dec}, nil
+	}
+	if splitOK {
+		dec = split
 	}
 	kernel, qpw := "attention_tiled_64", 4
 	if hd > 64 {
@@ -227,6 +237,37 @@ func planAttention(p *backend.Program, st *planState, op *backend.Op, meta arg) 
 			args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.Out), meta, i32(metaRows), i32(cols)}}}, nil
 	}
 	return []call{dec, tiled}, nil
+}
+
+// planSplitAttention returns the flash-decoding launch (attention_split)
+// of op for batches of up to smallRows rows, or false where its head size
+// and query heads per kv head do not suit it (or opt.splitKeys < 0). The splits: one per
+// opt.splitKeys positions of the cache (at least one, at most
+// attSplitMax), so a full cache gives each block about splitKeys keys.
+func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacity int, opt planOptions, args []arg) (call, bool) {
+	hd, g := op.HeadDim, op.NHeads/op.NKV
+	if opt.splitKeys < 0 || hd%4 != 0 || hd > attSplitMaxDim || g > attSplitMaxGroup {
+		return call{}, false
+	}
+	smem := func(kt int) int { return 4 * (kt*(2*hd+4) + g*hd + attSplitWarps*attSplitMax) }
+	kt := 32
+	if smem(kt) > maxStaticShared {
+		kt = 16
+	}
+	if smem(kt) > maxStaticShared {
+		return call{}, false
+	}
+	keys := opt.splitKeys
+	if keys <= 0 {
+		keys = attSplitKeys
+	}
+	splits := min(attSplitMax, max(1, (capacity+keys-1)/keys))
+	rows := min(p.MaxRows, smallRows)
+	pl.need(scratchAttnPart, 4*rows*op.NHeads*splits*(hd+2))
+	pl.need(scratchAttnCount, 4*rows*op.NKV)
+	return call{kernel: "attention_split", gridX: uint32(op.NKV * splits), gridY: gridAll, block: 32 * attSplitWarps,
+		shared: uint32(smem(kt)), which: metaRows,
+		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt))}, true
 }
 
 // ropeStoreFusable reports whether rope of q, rope of k and the store of

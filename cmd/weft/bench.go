@@ -26,7 +26,7 @@ func init() {
 // benchResult is one line of `weft bench --json`, named as llama-bench's
 // fields are but in weft's spelling.
 type benchResult struct {
-	Test       string    `json:"test"` // "pp512", "tg128"
+	Test       string    `json:"test"` // "pp512", "tg128", "tg128 @ d4096"
 	TokPerSec  float64   `json:"tokens_per_second"`
 	Stddev     float64   `json:"stddev"`
 	Threads    int       `json:"threads"`
@@ -37,6 +37,7 @@ type benchResult struct {
 // benchSpec is what one bench run measures.
 type benchSpec struct {
 	prompt, gen, repeats, threads, batch int
+	depth                                int    // tokens in the context before each test
 	backend                              string // "cpu", "cuda" or "auto"
 	gpuLayers                            int
 	tensorSplit                          []float64
@@ -49,6 +50,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var s benchSpec
 	fs.IntVar(&s.prompt, "p", 512, "prompt tokens processed in one prefill (0: skip the pp test)")
 	fs.IntVar(&s.gen, "n", 128, "tokens generated one decode step at a time (0: skip the tg test)")
+	fs.IntVar(&s.depth, "d", 0, "tokens already in the context when each test starts (llama-bench's -d)")
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
@@ -65,6 +67,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: -m MODEL is required", errUsage)
 	case s.prompt < 0 || s.gen < 0 || s.prompt+s.gen == 0:
 		return fmt.Errorf("%w: -p %d -n %d: need a positive prompt or generation length", errUsage, s.prompt, s.gen)
+	case s.depth < 0:
+		return fmt.Errorf("%w: -d %d: need zero or more tokens", errUsage, s.depth)
 	case s.repeats < 1:
 		return fmt.Errorf("%w: -r %d: need at least one repetition", errUsage, s.repeats)
 	case s.threads < 1:
@@ -95,10 +99,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
 	}
-	fmt.Fprintf(stdout, "| %-28s | %10s | %7s | %7s | %18s |\n", "model", "size", "threads", "test", "t/s")
-	fmt.Fprintf(stdout, "|%s|%s|%s|%s|%s|\n", dashes(30), dashes(12), dashes(9), dashes(9), dashes(20))
+	fmt.Fprintf(stdout, "| %-28s | %10s | %7s | %13s | %18s |\n", "model", "size", "threads", "test", "t/s")
+	fmt.Fprintf(stdout, "|%s|%s|%s|%s|%s|\n", dashes(30), dashes(12), dashes(9), dashes(15), dashes(20))
 	for _, r := range results {
-		fmt.Fprintf(stdout, "| %-28s | %6.1f MiB | %7d | %7s | %8.2f ± %7.2f |\n",
+		fmt.Fprintf(stdout, "| %-28s | %6.1f MiB | %7d | %13s | %8.2f ± %7.2f |\n",
 			filepath.Base(*model), float64(r.ModelBytes)/(1<<20), r.Threads, r.Test, r.TokPerSec, r.Stddev)
 	}
 	return nil
@@ -125,13 +129,14 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	for _, t := range w.Tensors() {
 		modelBytes += t.Bytes
 	}
-	positions := max(s.prompt, s.gen, 1)
+	positions := s.depth + max(s.prompt, s.gen, 1)
 	if positions > w.Config.ContextLength {
 		return nil, fmt.Errorf("%s: %d positions exceed the model's context of %d", path, positions, w.Config.ContextLength)
 	}
+	batch := min(s.batch, max(s.prompt, s.depth, 1))
 	be, plan, _, err := weft.NewBackend(w, positions, weft.WithBackend(s.backend), weft.WithThreads(s.threads),
 		weft.WithGPULayers(s.gpuLayers), weft.WithTensorSplit(s.tensorSplit), weft.WithContext(positions),
-		weft.WithBatch(min(s.batch, max(s.prompt, 1))))
+		weft.WithBatch(batch))
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +144,7 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	if plan != nil {
 		fmt.Fprintf(stderr, "weft: %s\n", plan)
 	}
-	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: min(s.batch, max(s.prompt, 1))})
+	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: batch})
 	if err != nil {
 		return nil, err
 	}
@@ -153,19 +158,42 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	rng := rand.New(rand.NewPCG(1, 2))
 	token := func() int32 { return int32(rng.IntN(m.Vocab())) }
 	logits := make([]float32, m.Vocab())
+	// start puts the sequence at the test's depth: the first time by a
+	// prefill of random tokens (untimed, outside the measured runs), then
+	// by rewinding to it.
+	filled := false
+	start := func() error {
+		if filled {
+			return seq.Rewind(s.depth)
+		}
+		if err := seq.Rewind(0); err != nil {
+			return err
+		}
+		ctx := make([]int32, s.depth)
+		for i := range ctx {
+			ctx[i] = token()
+		}
+		if s.depth > 0 {
+			if err := seq.ForwardInto(ctx, false, logits); err != nil {
+				return err
+			}
+		}
+		filled = true
+		return nil
+	}
 	prompt := make([]int32, s.prompt)
 	pp := func() error {
 		for i := range prompt {
 			prompt[i] = token()
 		}
-		if err := seq.Rewind(0); err != nil {
+		if err := start(); err != nil {
 			return err
 		}
 		return seq.ForwardInto(prompt, false, logits)
 	}
 	one := []int32{0}
 	tg := func(steps int) error {
-		if err := seq.Rewind(0); err != nil {
+		if err := start(); err != nil {
 			return err
 		}
 		for range steps {
@@ -202,14 +230,20 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 		out = append(out, r)
 		return nil
 	}
+	at := ""
+	if s.depth > 0 {
+		at = fmt.Sprintf(" @ d%d", s.depth)
+	}
 	if s.prompt > 0 {
-		if err := measure(fmt.Sprintf("pp%d", s.prompt), s.prompt, pp, pp); err != nil {
-			return nil, fmt.Errorf("%s: pp%d: %w", path, s.prompt, err)
+		name := fmt.Sprintf("pp%d%s", s.prompt, at)
+		if err := measure(name, s.prompt, pp, pp); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, name, err)
 		}
 	}
 	if s.gen > 0 {
-		if err := measure(fmt.Sprintf("tg%d", s.gen), s.gen, func() error { return tg(min(s.gen, 4)) }, func() error { return tg(s.gen) }); err != nil {
-			return nil, fmt.Errorf("%s: tg%d: %w", path, s.gen, err)
+		name := fmt.Sprintf("tg%d%s", s.gen, at)
+		if err := measure(name, s.gen, func() error { return tg(min(s.gen, 4)) }, func() error { return tg(s.gen) }); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, name, err)
 		}
 	}
 	return out, nil

@@ -41,8 +41,19 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("table: exit %d, %q %q", code, stdout, stderr)
 	}
 
+	// At a depth: the context holds 40 tokens before each test.
+	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-d", "40", "-p", "8", "-n", "3", "-r", "1", "--json")
+	if code != 0 {
+		t.Fatalf("depth: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || len(res) != 2 || res[0].Test != "pp8 @ d40" || res[1].Test != "tg3 @ d40" {
+		t.Fatalf("depth: %v, tests %+v", err, res)
+	}
+
 	for _, bad := range [][]string{
 		{"bench"},
+		{"bench", "-m", model, "-d", "-1"},
+		{"bench", "-m", model, "-d", "100000"}, // past the model's context
 		{"bench", "-m", model, "-p", "0", "-n", "0"},
 		{"bench", "-m", model, "-r", "0"},
 		{"bench", "-m", model, "--threads", "0"},

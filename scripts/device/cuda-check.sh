@@ -13,7 +13,8 @@
 #   then on the device: bash .device/check/cuda-check.sh   (carry .device/check)
 #
 # TYPES (default "Q4_0 Q8_0 BF16") and SHAPES (default "1b 8b") choose the
-# benchmark models; logs land in $OUT.
+# benchmark models, DEPTHS (default "4096 16384") the context depths of the
+# decode runs with and without split attention; logs land in $OUT.
 set -u
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s]"; }
 cd "$(dirname "$0")"; D=$PWD; M=/tmp/weft-models; mkdir -p "$M"
@@ -50,5 +51,15 @@ while [ ! -f "$M/.ready" ]; do sleep 5; done
 echo "$(el) models written"
 for f in "$M"/*.gguf; do
   ./weft bench -m "$f" --backend cuda -p 512 -n 128 -r 3 2>&1 | grep -E "pp512|tg128" | sed "s|^|$(basename "$f") |"
+done
+
+# Decode deep in a context: split attention (the default) against one
+# block per head and row (WEFT_CUDA_SPLIT=0).
+for f in "$M"/llama*-Q4_0.gguf; do
+  for d in ${DEPTHS:-4096 16384}; do
+    for sp in 1 0; do
+      WEFT_CUDA_SPLIT=$sp ./weft bench -m "$f" --backend cuda -d "$d" -p 0 -n 64 -r 2 2>&1 | grep -E "tg64" | sed "s|^|$(basename "$f") split=$sp |"
+    done
+  done
 done
 echo "$(el) all done"
