@@ -106,8 +106,7 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 #define AS_ND 8
 #define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
 
-extern "C" __global__ void __launch_bounds__(32 * AS_WARPS)
-    attention_split(float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos,
+extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos,
                     const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window,
                     signed char* qa, float2* ds, float* part, int* count, int S, int kt) {
     pdl();

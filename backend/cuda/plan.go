@@ -395,12 +395,24 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			return nil, fmt.Errorf("cuda: op %d (%s, layer %d): %w", i, op.Kind, op.Layer, err)
 		}
 		for _, c := range calls {
+			if c.kernel != "" && !builtKernels[c.kernel] {
+				return nil, fmt.Errorf("cuda: op %d (%s, layer %d) needs kernel %s, which kernelNames does not list", i, op.Kind, op.Layer, c.kernel)
+			}
 			c.op = i
 			pl.calls = append(pl.calls, c)
 		}
 	}
 	return pl, nil
 }
+
+// builtKernels is the set of kernelNames: the kernels a module has.
+var builtKernels = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range kernelNames() {
+		m[n] = true
+	}
+	return m
+}()
 
 // q8Consumer returns the condition under which op i's output is
 // quantized for the product right after it (a Q8_0, Q4_0 or K-quant

@@ -9,7 +9,7 @@
 #   CGO_ENABLED=0 go build -o $D/weft ./cmd/weft
 #   cp scripts/device/cuda-check.sh backend/cuda/testdata/llama-3-8b.config.json $D/
 #   cp ../shared/testdata/hf-configs/Llama-3.2-1B/config.json $D/llama-3.2-1b.config.json
-#   mkdir -p $D/shared/testdata && cp -r ../shared/testdata/gguf-stories260K $D/shared/testdata/
+#   mkdir -p $D/shared/testdata && cp -r ../shared/testdata/{gguf,llama2c}-stories260K $D/shared/testdata/
 #   then on the device: bash .device/check/cuda-check.sh   (carry .device/check)
 #
 # TYPES (default "Q4_0 Q8_0 BF16") and SHAPES (default "1b 8b") choose the
