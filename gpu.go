@@ -65,8 +65,11 @@ const gpuBatch = 512
 // chooseBackend builds the backend and settles the options that depend on
 // it (the batch width).
 func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backend, *placement.Plan, int, error) {
+	if o.backend == "" {
+		o.backend = "auto"
+	}
 	switch o.backend {
-	case "", "cpu":
+	case "cpu":
 		if len(o.tensorSplit) > 0 {
 			return nil, nil, 0, errors.New("weft: a tensor split needs the cuda or auto backend")
 		}
@@ -81,6 +84,12 @@ func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backen
 	plan, devs, batch, err := planGPUs(o, w, ctx)
 	var noGPU *noGPUError
 	if errors.As(err, &noGPU) && o.backend == "auto" {
+		if len(o.tensorSplit) > 0 {
+			return nil, nil, 0, fmt.Errorf("weft: a tensor split needs GPUs: %w", noGPU.err)
+		}
+		if !errors.Is(err, cuda.ErrNoDriver) {
+			o.cpuFallback = err
+		}
 		return cpu.New(o.threads), nil, ctx, nil
 	}
 	if err != nil {
@@ -99,6 +108,7 @@ func chooseBackend(o *loadOptions, w *weights.Provider, ctx int) (backend.Backen
 			if err != nil {
 				closeAll()
 				if o.backend == "auto" {
+					o.cpuFallback = fmt.Errorf("weft: %w", err)
 					return cpu.New(o.threads), nil, ctx, nil
 				}
 				return nil, nil, 0, fmt.Errorf("weft: %w", err)

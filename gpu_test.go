@@ -146,15 +146,27 @@ func TestPlacementOnFakeGPUs(t *testing.T) {
 
 func TestPlacementFallback(t *testing.T) {
 	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	// No driver: the CPU, and nothing to say about it; a driver whose GPU
+	// cannot be used: the CPU, and Info says why. Auto is the default.
+	for _, tc := range []struct {
+		err      error
+		fallback string
+	}{
+		{fmt.Errorf("%w: libcuda.so.1: cannot open shared object file", cuda.ErrNoDriver), ""},
+		{errors.New("cuda: the NVIDIA driver supports CUDA 11.4; weft needs 12.0 or newer"), "weft: cuda: the NVIDIA driver supports CUDA 11.4"},
+		{errors.New("cuda: cannot load NVRTC"), "weft: cuda: cannot load NVRTC"},
+	} {
+		withGPUs(t, &fakeGPUs{err: tc.err})
+		m, err := Load(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in := m.Info(); in.Backend != "cpu" || in.Placement != "" || !strings.HasPrefix(in.CPUFallback, tc.fallback) || (tc.fallback == "") != (in.CPUFallback == "") {
+			t.Errorf("auto, %v: backend %q placement %q fallback %q", tc.err, in.Backend, in.Placement, in.CPUFallback)
+		}
+		m.Close()
+	}
 	withGPUs(t, &fakeGPUs{err: errors.New("cuda: libcuda.so.1 not found")})
-	m, err := Load(context.Background(), path, WithBackend("auto"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if in := m.Info(); in.Backend != "cpu" || in.Placement != "" {
-		t.Errorf("auto without a GPU: backend %q placement %q", in.Backend, in.Placement)
-	}
-	m.Close()
 	if _, err := Load(context.Background(), path, WithBackend("cuda")); err == nil || !strings.Contains(err.Error(), "libcuda") {
 		t.Errorf("cuda without a GPU: %v", err)
 	}

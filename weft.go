@@ -52,9 +52,12 @@ type loadOptions struct {
 	memoryLimit int64
 	gpuLayers   int       // -1: as many as fit (the default when a GPU backend is chosen)
 	tensorSplit []float64 // each GPU's share of the GPU layers; nil: by free memory
+	// cpuFallback is set by chooseBackend: why "auto" chose the CPU
+	// although a driver is installed.
+	cpuFallback error
 }
 
-func defaultOptions() loadOptions { return loadOptions{backend: "cpu", parallel: 1, gpuLayers: -1} }
+func defaultOptions() loadOptions { return loadOptions{backend: "auto", parallel: 1, gpuLayers: -1} }
 
 // Option configures Load.
 type Option func(*loadOptions)
@@ -70,9 +73,10 @@ func WithThreads(n int) Option { return func(o *loadOptions) { o.threads = n } }
 // (default: a random seed per request).
 func WithDefaultSeed(seed uint64) Option { return func(o *loadOptions) { o.seed = seed } }
 
-// WithBackend chooses the compute backend: "cpu" (default), "cuda" (the
-// first NVIDIA GPU; an error when none can be used) or "auto" (CUDA when a
-// GPU can be used, else the CPU).
+// WithBackend chooses the compute backend: "cpu", "cuda" (NVIDIA GPUs; an
+// error when none can be used) or "auto" (default: CUDA when a GPU can be
+// used, else the CPU; Info().CPUFallback says why not where a driver is
+// installed).
 func WithBackend(name string) Option { return func(o *loadOptions) { o.backend = name } }
 
 // WithGPULayers puts only the last n layers (and the output head) on
@@ -200,6 +204,9 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 	if plan != nil {
 		m.info.Placement = plan.String()
 	}
+	if o.cpuFallback != nil {
+		m.info.CPUFallback = o.cpuFallback.Error()
+	}
 	m.sched = startScheduler(m)
 	return m, nil
 }
@@ -323,6 +330,10 @@ type Info struct {
 	WeightBytes   int64           `json:"weight_bytes"`
 	Backend       string          `json:"backend"`
 	Placement     string          `json:"placement,omitempty"` // where the layers run, when GPUs are used
+	// CPUFallback says why the auto backend runs on the CPU although an
+	// NVIDIA driver is installed (empty where it uses a GPU, where no
+	// driver is installed, or where another backend was asked for).
+	CPUFallback string `json:"cpu_fallback,omitempty"`
 	Threads       int             `json:"threads"`
 	Context       int             `json:"context"`
 	Parallel      int             `json:"parallel"`

@@ -135,7 +135,7 @@ func loadDriver() (*driverAPI, error) {
 	driverOnce.Do(func() {
 		d := &driverAPI{}
 		if _, _, err := loadLib([]string{"libcuda.so.1", "libcuda.so"}, d); err != nil {
-			driverErr = fmt.Errorf("cuda: cannot load the NVIDIA driver library libcuda.so.1 (no NVIDIA driver installed?): %w", err)
+			driverErr = fmt.Errorf("%w (no NVIDIA driver installed?): %v", ErrNoDriver, err)
 			return
 		}
 		if r := d.cuInit(0); r != 0 {
@@ -156,6 +156,10 @@ func loadDriver() (*driverAPI, error) {
 	})
 	return driver, driverErr
 }
+
+// ErrNoDriver is the error, wrapped, of every call that needs the driver
+// where libcuda cannot be loaded: a machine without an NVIDIA driver.
+var ErrNoDriver = errors.New("cuda: cannot load the NVIDIA driver library libcuda.so.1")
 
 // versionString spells a CUDA version number (12040) as "12.4".
 func versionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }

@@ -54,7 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
-	fs.StringVar(&s.backend, "backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)")
+	fs.StringVar(&s.backend, "backend", "auto", backendUsage)
 	fs.IntVar(&s.gpuLayers, "n-gpu-layers", -1, gpuLayersUsage)
 	tensorSplit := fs.String("tensor-split", "", tensorSplitUsage)
 	asJSON := fs.Bool("json", false, "print a JSON list instead of a table")

@@ -145,7 +145,10 @@ func TestRunCommand(t *testing.T) {
 	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--tensor-split", "a,b"); code != 2 || !strings.Contains(stderr, "--tensor-split") {
 		t.Errorf("bad --tensor-split: exit %d, stderr %q", code, stderr)
 	}
-	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--tensor-split", "1,1"); code != 1 || !strings.Contains(stderr, "tensor split needs the cuda or auto backend") {
+	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--tensor-split", "1,1"); code != 1 || !strings.Contains(stderr, "tensor split needs GPUs: cuda: cannot load") {
+		t.Errorf("--tensor-split without a GPU: exit %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--backend", "cpu", "--tensor-split", "1,1"); code != 1 || !strings.Contains(stderr, "tensor split needs the cuda or auto backend") {
 		t.Errorf("--tensor-split on the CPU: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -48,7 +48,7 @@ func addGenFlags(fs *flag.FlagSet, defaultN int) *genFlags {
 		ctx:           fs.Int("ctx", 0, "context length (0: the model's, capped at 4096)"),
 		threads:       fs.Int("threads", 0, "CPU threads (0: one per CPU)"),
 		verbose:       fs.Bool("verbose", false, "print loading and speed figures to stderr"),
-		backend:       fs.String("backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)"),
+		backend:       fs.String("backend", "auto", backendUsage),
 		gpuLayers:     fs.Int("n-gpu-layers", -1, gpuLayersUsage),
 		tensorSplit:   fs.String("tensor-split", "", tensorSplitUsage),
 	}
@@ -84,6 +84,9 @@ func (g *genFlags) load(ctx context.Context, stderr io.Writer) (*weft.Model, err
 	if p := m.Info().Placement; p != "" {
 		fmt.Fprintf(stderr, "weft: %s\n", p)
 	}
+	if f := m.Info().CPUFallback; f != "" {
+		fmt.Fprintf(stderr, "weft: running on the CPU: %s\n", f)
+	}
 	if *g.verbose {
 		in := m.Info()
 		fmt.Fprintf(stderr, "weft: %s: %s, %d layers, %.1fM parameters, %s backend, %d threads, context %d\n",
@@ -93,6 +96,7 @@ func (g *genFlags) load(ctx context.Context, stderr io.Writer) (*weft.Model, err
 }
 
 const (
+	backendUsage     = "compute backend: cpu, cuda, or auto (NVIDIA GPUs when one can be used, else the CPU)"
 	gpuLayersUsage   = "with a GPU backend: put only the last N layers and the output on GPUs, failing when they do not fit (-1: as many as fit in free memory)"
 	tensorSplitUsage = "with several GPUs: each one's share of the GPU layers, comma-separated in device order, e.g. 3,1 (default: one GPU when the model fits, else by free memory)"
 )

@@ -35,7 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	drain := fs.Duration("drain", 30*time.Second, "on SIGINT or SIGTERM, how long running requests may finish")
 	name := fs.String("name", "", "model id in /v1/models and responses (default: the model file's base name)")
 	logFormat := fs.String("log", "text", "log format on stderr: text or json")
-	backendName := fs.String("backend", "cpu", "compute backend: cpu, cuda, or auto (CUDA when a GPU can be used)")
+	backendName := fs.String("backend", "auto", backendUsage)
 	gpuLayers := fs.Int("n-gpu-layers", -1, gpuLayersUsage)
 	tensorSplit := fs.String("tensor-split", "", tensorSplitUsage)
 	pos, err := parseFlags(fs, args)
@@ -92,6 +92,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logger.Info("listening", "url", "http://"+ln.Addr().String(), "model", in.Path, "architecture", in.Architecture,
 		"slots", in.Parallel, "context", in.Context, "threads", in.Threads, "chat_template", in.ChatTemplate, "api_key", *apiKey != "",
 		"backend", in.Backend, "placement", in.Placement)
+	if in.CPUFallback != "" {
+		logger.Warn("running on the CPU", "reason", in.CPUFallback)
+	}
 
 	// The signals are caught here as well as in main, so that the command
 	// drains the same way when a test runs it directly.
