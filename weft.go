@@ -322,18 +322,18 @@ func (m *Model) acquireFor(ctx context.Context, prompt []int32) (*engine.Sequenc
 
 // Info describes a loaded model.
 type Info struct {
-	Path          string          `json:"path"`
-	Format        string          `json:"format"`
-	Architecture  string          `json:"architecture"`
-	Config        weights.Config  `json:"config"`
-	Parameters    int64           `json:"parameters"`
-	WeightBytes   int64           `json:"weight_bytes"`
-	Backend       string          `json:"backend"`
-	Placement     string          `json:"placement,omitempty"` // where the layers run, when GPUs are used
+	Path         string         `json:"path"`
+	Format       string         `json:"format"`
+	Architecture string         `json:"architecture"`
+	Config       weights.Config `json:"config"`
+	Parameters   int64          `json:"parameters"`
+	WeightBytes  int64          `json:"weight_bytes"`
+	Backend      string         `json:"backend"`
+	Placement    string         `json:"placement,omitempty"` // where the layers run, when GPUs are used
 	// CPUFallback says why the auto backend runs on the CPU although an
 	// NVIDIA driver is installed (empty where it uses a GPU, where no
 	// driver is installed, or where another backend was asked for).
-	CPUFallback string `json:"cpu_fallback,omitempty"`
+	CPUFallback   string          `json:"cpu_fallback,omitempty"`
 	Threads       int             `json:"threads"`
 	Context       int             `json:"context"`
 	Parallel      int             `json:"parallel"`
