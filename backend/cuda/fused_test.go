@@ -95,35 +95,18 @@ func fusedProductCases() []opCase {
 }
 
 // kernelsOf lists the kernels (and "gemm") of a plan's calls that run on
-// batches of the given kind: small ones (of 2 rows: one row may fold
-// norms, see kernelsFor) or large ones (cond large only).
+// batches of the given kind: small ones (cond always or small) or large.
 func kernelsOf(pl *planned, big bool) []string {
-	if big {
-		var ks []string
-		for _, c := range pl.calls {
-			if c.cond == large {
-				ks = append(ks, kernelOf(c))
-			}
-		}
-		return ks
-	}
-	return kernelsFor(pl, 2)
-}
-
-func kernelOf(c call) string {
-	if c.gemm != nil {
-		return "gemm"
-	}
-	return c.kernel
-}
-
-// kernelsFor lists the launches a batch of n rows runs.
-func kernelsFor(pl *planned, n int) []string {
 	var ks []string
 	for _, c := range pl.calls {
-		if c.cond.holds(n) {
-			ks = append(ks, kernelOf(c))
+		if (c.cond == large) != big {
+			continue
 		}
+		if c.gemm != nil {
+			ks = append(ks, "gemm")
+			continue
+		}
+		ks = append(ks, c.kernel)
 	}
 	return ks
 }
@@ -175,24 +158,14 @@ func TestPlanFusesLayerProducts(t *testing.T) {
 		if got := kernelsOf(pl, true); !slices.Equal(got, tc.larg) {
 			t.Errorf("%s gemm=%v: large batches run %v\nwant %v", tc.typ, tc.gemm, got, tc.larg)
 		}
-		// One row: the norms before the grouped and GLU launches are
-		// folded into them (foldNorms), for Q8_0/Q4_0 weights.
-		unnormed := slices.DeleteFunc(slices.Clone(tc.small), func(k string) bool { return k == "rmsnorm_q8" })
-		if got := kernelsFor(pl, 1); !slices.Equal(got, unnormed) {
-			t.Errorf("%s gemm=%v: one row runs %v\nwant %v", tc.typ, tc.gemm, got, unnormed)
-		}
 		for _, c := range pl.calls {
 			switch {
 			case c.kernel == "matvec3_"+weightTypes[tc.typ]:
 				// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff,
-				// bias, N for each weight, then the folded norm's x, w, eps.
+				// bias, N for each weight.
 				if c.args[5] != i32(64) || c.args[11] != i32(64) || c.args[16] != i32(32) || c.args[21] != i32(32) ||
 					c.args[15] == null || c.args[10] != null || c.op != 2 {
 					t.Errorf("%s: grouped launch %+v", tc.typ, c)
-				}
-				folded := c.args[22] != null
-				if folded != (c.cond == one) || (folded && (c.args[22] != buf(0) || c.args[23] == null || c.args[24] != f32(1e-5) || c.shared != 64+2*8)) {
-					t.Errorf("%s: grouped launch (%v) folds the norm %+v, %d bytes", tc.typ, c.cond, c.args[22:], c.shared)
 				}
 			case c.kernel == "matvec_glu_"+weightTypes[tc.typ]:
 				q8 := tc.typ == "Q4_0"

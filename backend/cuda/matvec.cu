@@ -252,35 +252,6 @@ __device__ void matvec(float* out, float* resid, const void* x, const float2* ds
         mv_group<T>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g);
 }
 
-// norm_in is the rms norm of the single activation row x (K a multiple of
-// 32) by w, quantized as rmsnorm_q8 quantizes it, into shared memory:
-// the int8 row at q and its block scales at ds (the layout of
-// quantize_q8's output, so the products read it as they read scratch).
-// A consumer that folds the norm before it (plan.go's foldNorms) calls it
-// once a block, after the wait for the kernel before; every thread of
-// the block calls it.
-__device__ __forceinline__ void norm_in(signed char* q, float2* ds, const float* x, const float* w, float eps, int K) {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nb = K >> 5;
-    float ss = 0.f;
-#pragma unroll 4
-    for (int b = warp; b < nb; b += MV_WARPS) {
-        float v = x[b * 32 + lane];
-        ss += v * v;
-    }
-    ss = block_sum(ss);
-    float inv = 1.f / sqrtf(ss / (float)K + eps);
-#pragma unroll 4
-    for (int b = warp; b < nb; b += MV_WARPS) {
-        int i = b * 32 + lane;
-        q8_store(x[i] * inv * w[i], q + i, ds + b, lane);
-    }
-    __syncthreads();
-}
-
-// mvsm is the dynamic shared memory of a consumer with a folded norm: the
-// int8 row, then its block scales.
-extern __shared__ __align__(16) unsigned char mvsm[];
-
 // matvec3 is matvec over up to three weights of one type and width that
 // read the same input (a layer's q, k and v): one launch whose groups of
 // rpb rows run over the weights' rows in turn. A weight with N = 0 is
@@ -289,14 +260,8 @@ template <int T>
 __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, const int* meta, int which, int K,
                         int rpb, float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1,
                         const u8* w1, long long dOff1, const float* bias1, int N1, float* out2, const u8* w2,
-                        long long dOff2, const float* bias2, int N2, const float* nx, const float* nw, float eps) {
+                        long long dOff2, const float* bias2, int N2) {
     int n = meta[which], g0 = (N0 + rpb - 1) / rpb, g1 = (N1 + rpb - 1) / rpb, g2 = (N2 + rpb - 1) / rpb;
-    if (nx) {
-        // A folded norm (one row, Q8_0/Q4_0 weights): x and ds are ours.
-        norm_in((signed char*)mvsm, (float2*)(mvsm + K), nx, nw, eps, K);
-        x = mvsm;
-        ds = (const float2*)(mvsm + K);
-    }
     for (int g = blockIdx.x; g < g0 + g1 + g2; g += gridDim.x) {
         bool a = g < g0, b = !a && g < g0 + g1;
         mv_group<T>(a ? out0 : b ? out1 : out2, nullptr, x, ds, a ? w0 : b ? w1 : w2, rowBytes,
@@ -356,15 +321,9 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
 template <int T>
 __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x,
                            const float2* ds, const u8* wg, const u8* wu, long long rowBytes, long long dOffG,
-                           long long dOffU, const int* meta, int which, int K, int N, int act, const float* nx,
-                           const float* nw, float eps) {
+                           long long dOffU, const int* meta, int which, int K, int N, int act) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int n = meta[which], groups = (N + GLU_ROWS - 1) / GLU_ROWS;
-    if (nx) {
-        norm_in((signed char*)mvsm, (float2*)(mvsm + K), nx, nw, eps, K);
-        x = mvsm;
-        ds = (const float2*)(mvsm + K);
-    }
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
         int j = g * GLU_ROWS + warp * (GLU_ROWS / MV_WARPS) + lane / GLU_LANES;
         bool live = j < N;
@@ -415,10 +374,10 @@ MATVEC(matvec_q4_0, W_Q4_0)
         name(const void* x, const float2* ds, long long rowBytes, const int* meta, int which, int K, int rpb,      \
              float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1, const u8* w1,    \
              long long dOff1, const float* bias1, int N1, float* out2, const u8* w2, long long dOff2,              \
-             const float* bias2, int N2, const float* nx, const float* nw, float eps) {                            \
+             const float* bias2, int N2) {                                                                         \
         pdl();                                                                                                     \
         matvec3<T>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1, bias1, N1,  \
-                   out2, w2, dOff2, bias2, N2, nx, nw, eps);                                                       \
+                   out2, w2, dOff2, bias2, N2);                                                                    \
     }
 MATVEC3(matvec3_f32, W_F32)
 MATVEC3(matvec3_f16, W_F16)
@@ -430,10 +389,9 @@ MATVEC3(matvec3_q4_0, W_Q4_0)
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
-             int which, int K, int N, int act, const float* nx, const float* nw, float eps) {                      \
+             int which, int K, int N, int act) {                                                                   \
         pdl();                                                                                                     \
-        matvec_glu<T>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act, nx, \
-                      nw, eps);                                                                                    \
+        matvec_glu<T>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act);   \
     }
 MATVEC_GLU(matvec_glu_f32, W_F32)
 MATVEC_GLU(matvec_glu_f16, W_F16)

@@ -95,7 +95,6 @@ func planGroup(p *backend.Program, pl *planned, st *planState, i, n int, opt pla
 		args = append(args, c.args[0], c.args[4], c.args[6], c.args[7], c.args[11])
 		groups += (int(c.args[11].v) + rpb - 1) / rpb
 	}
-	args = append(args, null, null, f32(0)) // a folded norm: foldNorms
 	calls = append(calls, call{op: i, kernel: "matvec3_" + weightTypes[m.typ], gridX: uint32(min(groups, mvGridPerSM*opt.sms)), gridY: gridOne,
 		block: 32 * mvWarps, args: args, which: first.which, cond: first.cond})
 	return calls, nil
@@ -199,7 +198,6 @@ func planGLU(p *backend.Program, pl *planned, st *planState, i int, opt planOpti
 	calls = append(calls, call{op: i, kernel: "matvec_glu_" + weightTypes[mg.typ], gridX: uint32(min(groups, mvGridPerSM*opt.sms)), gridY: gridOne,
 		block: 32 * mvWarps, which: which, cond: mvCond,
 		args: []arg{buf(glu.Out), gout, uout, qo, dso, x, ds, weight(gate.W), weight(up.W), i64(mg.rowBytes), i64(int(mg.dOff)),
-			i64(int(pl.mats[up.W].dOff)), metaField(-1, p.MaxRows), i32(which), i32(mg.cols), i32(mg.rows), i32(glu.Act),
-			null, null, f32(0)}}) // a folded norm: foldNorms
+			i64(int(pl.mats[up.W].dOff)), metaField(-1, p.MaxRows), i32(which), i32(mg.cols), i32(mg.rows), i32(glu.Act)}})
 	return calls, nil
 }

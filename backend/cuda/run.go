@@ -147,22 +147,11 @@ func (l *launch) runs(rows, sel int, hidden bool) bool {
 	if l.which == metaSelected {
 		n = sel
 	}
-	return l.cond.holds(n)
-}
-
-// holds reports whether a launch under c runs on n rows.
-func (c cond) holds(n int) bool {
-	switch c {
+	switch l.cond {
 	case small:
 		return n <= smallRows
 	case large:
 		return n > smallRows
-	case one:
-		return n == 1
-	case few:
-		return n > 1 && n <= smallRows
-	case notOne:
-		return n != 1
 	}
 	return true
 }
