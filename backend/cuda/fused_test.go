@@ -95,20 +95,53 @@ func fusedProductCases() []opCase {
 }
 
 // kernelsOf lists the kernels (and "gemm") of a plan's calls that run on
-// batches of the given kind: small ones (cond always or small) or large.
+// batches of the given kind: small ones (of 2 rows; one row takes the
+// one-row twins, see kernelsFor) or large ones (cond large only).
 func kernelsOf(pl *planned, big bool) []string {
+	if big {
+		var ks []string
+		for _, c := range pl.calls {
+			if c.cond == large {
+				ks = append(ks, kernelOf(c))
+			}
+		}
+		return ks
+	}
+	return kernelsFor(pl, 2)
+}
+
+// kernelsFor lists the launches a batch of n rows runs.
+func kernelsFor(pl *planned, n int) []string {
 	var ks []string
 	for _, c := range pl.calls {
-		if (c.cond == large) != big {
-			continue
+		if c.cond.holds(n) {
+			ks = append(ks, kernelOf(c))
 		}
-		if c.gemm != nil {
-			ks = append(ks, "gemm")
-			continue
-		}
-		ks = append(ks, c.kernel)
 	}
 	return ks
+}
+
+func kernelOf(c call) string {
+	if c.gemm != nil {
+		return "gemm"
+	}
+	return c.kernel
+}
+
+// oneRowNames is kernels with each matrix-vector kernel renamed to its
+// one-row twin (onerow.go).
+func oneRowNames(kernels []string) []string {
+	var out []string
+	for _, k := range kernels {
+		for _, p := range [][2]string{{"matvec3_", "matvec13_"}, {"matvec_glu_", "matvec1_glu_"}, {"matvec_", "matvec1_"}} {
+			if strings.HasPrefix(k, p[0]) {
+				k = p[1] + k[len(p[0]):]
+				break
+			}
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // layerProgram is a llama layer's products after a norm: q, k and v of
@@ -157,6 +190,9 @@ func TestPlanFusesLayerProducts(t *testing.T) {
 		}
 		if got := kernelsOf(pl, true); !slices.Equal(got, tc.larg) {
 			t.Errorf("%s gemm=%v: large batches run %v\nwant %v", tc.typ, tc.gemm, got, tc.larg)
+		}
+		if got, want := kernelsFor(pl, 1), oneRowNames(tc.small); !slices.Equal(got, want) {
+			t.Errorf("%s gemm=%v: one row runs %v\nwant %v", tc.typ, tc.gemm, got, want)
 		}
 		for _, c := range pl.calls {
 			switch {

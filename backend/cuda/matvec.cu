@@ -210,7 +210,7 @@ __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x,
 // the block scales; for the others x is the float32 activation. A block
 // covers rpb output rows: 8 (two a warp, 16 lanes each: short rows), 4 (a
 // warp a row), 2 or 1 (2 or 4 warps a row: few rows).
-template <int T>
+template <int T, int MAXM, int B>
 __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x, const float2* ds, const u8* w,
                                          long long rowBytes, long long dOff, const float* bias, int n, int K, int N,
                                          int rpb, int g) {
@@ -222,11 +222,15 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
     bool live = j < N;
     const u8* row = w + (u64)(live ? j : 0) * rowBytes;
     const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
+    if constexpr (MAXM == 1) {
+        mv_pass<T, 1, B>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr);
+        return;
+    }
     for (int r0 = 0; r0 < n; r0 += MVR) {
         int m = min(MVR, n - r0);
-#define MV_CASE(M)                                                                                  \
-    case M:                                                                                         \
-        mv_pass<T, M, MV_BATCH>(out, resid, x, ds, row, d, bias, r0, K, N, j, live, sub, nsub, wpr, lpr); \
+#define MV_CASE(M)                                                                           \
+    case M:                                                                                  \
+        mv_pass<T, M, B>(out, resid, x, ds, row, d, bias, r0, K, N, j, live, sub, nsub, wpr, lpr); \
         break;
         switch (m) {
             MV_CASE(1)
@@ -244,19 +248,19 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
 
 // matvec: out[r, j] = W[j] · x[r] (+ bias[j]) for r < meta[which]. Blocks
 // loop over the groups of rpb rows, so the grid need not cover them all.
-template <int T>
+template <int T, int MAXM, int B>
 __device__ void matvec(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,
                        long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) {
     int n = meta[which], groups = (N + rpb - 1) / rpb;
     for (int g = blockIdx.x; g < groups; g += gridDim.x)
-        mv_group<T>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g);
+        mv_group<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g);
 }
 
 // matvec3 is matvec over up to three weights of one type and width that
 // read the same input (a layer's q, k and v): one launch whose groups of
 // rpb rows run over the weights' rows in turn. A weight with N = 0 is
 // absent.
-template <int T>
+template <int T, int MAXM, int B>
 __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, const int* meta, int which, int K,
                         int rpb, float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1,
                         const u8* w1, long long dOff1, const float* bias1, int N1, float* out2, const u8* w2,
@@ -264,7 +268,7 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
     int n = meta[which], g0 = (N0 + rpb - 1) / rpb, g1 = (N1 + rpb - 1) / rpb, g2 = (N2 + rpb - 1) / rpb;
     for (int g = blockIdx.x; g < g0 + g1 + g2; g += gridDim.x) {
         bool a = g < g0, b = !a && g < g0 + g1;
-        mv_group<T>(a ? out0 : b ? out1 : out2, nullptr, x, ds, a ? w0 : b ? w1 : w2, rowBytes,
+        mv_group<T, MAXM, B>(a ? out0 : b ? out1 : out2, nullptr, x, ds, a ? w0 : b ? w1 : w2, rowBytes,
                     a ? dOff0 : b ? dOff1 : dOff2, a ? bias0 : b ? bias1 : bias2, n, K, a ? N0 : b ? N1 : N2, rpb,
                     a ? g : b ? g - g0 : g - g0 - g1);
     }
@@ -318,7 +322,7 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
 // gout and uout where those are set (their own buffers), and with qo set
 // (N a multiple of 32) the GLU is quantized as quantize_q8 does for the
 // down product. A block covers GLU_ROWS rows (one int8 block).
-template <int T>
+template <int T, int MAXM, int B>
 __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x,
                            const float2* ds, const u8* wg, const u8* wu, long long rowBytes, long long dOffG,
                            long long dOffU, const int* meta, int which, int K, int N, int act) {
@@ -330,11 +334,15 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
         u64 jr = live ? j : 0;
         const u8 *rg = wg + jr * rowBytes, *ru = wu + jr * rowBytes;
         const u16 *dg = (const u16*)(wg + dOffG) + jr * (K >> 5), *du = (const u16*)(wu + dOffU) + jr * (K >> 5);
+        if constexpr (MAXM == 1) {
+            glu_pass<T, 1, B>(out, gout, uout, qo, dso, x, ds, rg, dg, ru, du, 0, K, N, g, j, live, act);
+            continue;
+        }
         for (int r0 = 0; r0 < n; r0 += MVR) {
             int m = min(MVR, n - r0);
-#define GLU_CASE(M)                                                                                              \
-    case M:                                                                                                      \
-        glu_pass<T, M, MV_BATCH>(out, gout, uout, qo, dso, x, ds, rg, dg, ru, du, r0, K, N, g, j, live, act); \
+#define GLU_CASE(M)                                                                                       \
+    case M:                                                                                               \
+        glu_pass<T, M, B>(out, gout, uout, qo, dso, x, ds, rg, dg, ru, du, r0, K, N, g, j, live, act); \
         break;
             switch (m) {
                 GLU_CASE(1)
@@ -351,17 +359,26 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
     }
 }
 
-#define MATVEC(name, T)                                                                                          \
+// Each kernel comes twice: for batches of up to MVR rows a pass, and
+// (name1_*, plan.go's oneRow) for a single row, whose only pass keeps
+// MV_BATCH1 loads in flight a lane in fewer registers.
+#define MV_BATCH1 8
+#define MATVEC(name, T, MAXM, B)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
              long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) { pdl();             \
-        matvec<T>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb);                           \
+        matvec<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb);                  \
     }
-MATVEC(matvec_f32, W_F32)
-MATVEC(matvec_f16, W_F16)
-MATVEC(matvec_bf16, W_BF16)
-MATVEC(matvec_q8_0, W_Q8_0)
-MATVEC(matvec_q4_0, W_Q4_0)
+MATVEC(matvec_f32, W_F32, MVR, MV_BATCH)
+MATVEC(matvec_f16, W_F16, MVR, MV_BATCH)
+MATVEC(matvec_bf16, W_BF16, MVR, MV_BATCH)
+MATVEC(matvec_q8_0, W_Q8_0, MVR, MV_BATCH)
+MATVEC(matvec_q4_0, W_Q4_0, MVR, MV_BATCH)
+MATVEC(matvec1_f32, W_F32, 1, MV_BATCH1)
+MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
+MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
+MATVEC(matvec1_q8_0, W_Q8_0, 1, MV_BATCH1)
+MATVEC(matvec1_q4_0, W_Q4_0, 1, MV_BATCH1)
 
 // The grouped and GLU kernels have more code paths than matvec; their
 // register count is held where mvGridPerSM blocks of each fit on a
@@ -369,35 +386,45 @@ MATVEC(matvec_q4_0, W_Q4_0)
 // GLU grid took two waves).
 #define MV_BLOCKS_PER_SM 4
 
-#define MATVEC3(name, T)                                                                                           \
+#define MATVEC3(name, T, MAXM, B)                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
         name(const void* x, const float2* ds, long long rowBytes, const int* meta, int which, int K, int rpb,      \
              float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1, const u8* w1,    \
              long long dOff1, const float* bias1, int N1, float* out2, const u8* w2, long long dOff2,              \
              const float* bias2, int N2) {                                                                         \
         pdl();                                                                                                     \
-        matvec3<T>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1, bias1, N1,  \
+        matvec3<T, MAXM, B>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1, bias1, N1,  \
                    out2, w2, dOff2, bias2, N2);                                                                    \
     }
-MATVEC3(matvec3_f32, W_F32)
-MATVEC3(matvec3_f16, W_F16)
-MATVEC3(matvec3_bf16, W_BF16)
-MATVEC3(matvec3_q8_0, W_Q8_0)
-MATVEC3(matvec3_q4_0, W_Q4_0)
+MATVEC3(matvec3_f32, W_F32, MVR, MV_BATCH)
+MATVEC3(matvec3_f16, W_F16, MVR, MV_BATCH)
+MATVEC3(matvec3_bf16, W_BF16, MVR, MV_BATCH)
+MATVEC3(matvec3_q8_0, W_Q8_0, MVR, MV_BATCH)
+MATVEC3(matvec3_q4_0, W_Q4_0, MVR, MV_BATCH)
+MATVEC3(matvec13_f32, W_F32, 1, MV_BATCH1)
+MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
+MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
+MATVEC3(matvec13_q8_0, W_Q8_0, 1, MV_BATCH1)
+MATVEC3(matvec13_q4_0, W_Q4_0, 1, MV_BATCH1)
 
-#define MATVEC_GLU(name, T)                                                                                        \
+#define MATVEC_GLU(name, T, MAXM, B)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \
         pdl();                                                                                                     \
-        matvec_glu<T>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act);   \
+        matvec_glu<T, MAXM, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act);   \
     }
-MATVEC_GLU(matvec_glu_f32, W_F32)
-MATVEC_GLU(matvec_glu_f16, W_F16)
-MATVEC_GLU(matvec_glu_bf16, W_BF16)
-MATVEC_GLU(matvec_glu_q8_0, W_Q8_0)
-MATVEC_GLU(matvec_glu_q4_0, W_Q4_0)
+MATVEC_GLU(matvec_glu_f32, W_F32, MVR, MV_BATCH)
+MATVEC_GLU(matvec_glu_f16, W_F16, MVR, MV_BATCH)
+MATVEC_GLU(matvec_glu_bf16, W_BF16, MVR, MV_BATCH)
+MATVEC_GLU(matvec_glu_q8_0, W_Q8_0, MVR, MV_BATCH)
+MATVEC_GLU(matvec_glu_q4_0, W_Q4_0, MVR, MV_BATCH)
+MATVEC_GLU(matvec1_glu_f32, W_F32, 1, MV_BATCH1)
+MATVEC_GLU(matvec1_glu_f16, W_F16, 1, MV_BATCH1)
+MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH1)
+MATVEC_GLU(matvec1_glu_q8_0, W_Q8_0, 1, MV_BATCH1)
+MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH1)
 
 // The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
 // activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),

@@ -119,6 +119,9 @@ const (
 	always cond = iota
 	small       // its row count is at most smallRows
 	large       // its row count exceeds smallRows
+	one         // its row count is 1 (oneRow)
+	few         // its row count is 2 to smallRows
+	notOne      // its row count is not 1
 )
 
 // smallRows is the most rows the matrix-vector path takes.
@@ -402,6 +405,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			pl.calls = append(pl.calls, c)
 		}
 	}
+	oneRow(pl, opt)
 	return pl, nil
 }
 

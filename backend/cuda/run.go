@@ -147,11 +147,22 @@ func (l *launch) runs(rows, sel int, hidden bool) bool {
 	if l.which == metaSelected {
 		n = sel
 	}
-	switch l.cond {
+	return l.cond.holds(n)
+}
+
+// holds reports whether a launch under c runs on n rows.
+func (c cond) holds(n int) bool {
+	switch c {
 	case small:
 		return n <= smallRows
 	case large:
 		return n > smallRows
+	case one:
+		return n == 1
+	case few:
+		return n > 1 && n <= smallRows
+	case notOne:
+		return n != 1
 	}
 	return true
 }

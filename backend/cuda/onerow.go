@@ -1,0 +1,94 @@
+package cuda
+
+import "strings"
+
+// Decode of one sequence multiplies a single activation row, and the
+// matrix-vector kernels built for up to MVR rows a pass keep the
+// registers of their widest pass. oneRow gives every matrix-vector launch
+// of small batches a twin for batches of one row: the kernel compiled for
+// one row (matvec1_*, matvec13_*, matvec1_glu_*), which keeps MV_BATCH1
+// loads in flight a lane, with rows per block chosen so that a lane has
+// that many chunks to load where the launch still fills the device.
+func oneRow(pl *planned, opt planOptions) {
+	calls := make([]call, 0, len(pl.calls)+64)
+	for _, c := range pl.calls {
+		single, ok := oneRowTwin(c, opt)
+		if !ok {
+			calls = append(calls, c)
+			continue
+		}
+		c.cond = withoutOne(c.cond)
+		calls = append(calls, c, single)
+	}
+	pl.calls = calls
+}
+
+// withoutOne is c less batches of one row.
+func withoutOne(c cond) cond {
+	if c == small {
+		return few
+	}
+	return notOne
+}
+
+// oneRowTypes are the weight types of matvec.cu, with their 16-byte
+// chunks a row of k columns.
+var oneRowTypes = map[string]func(k int) int{
+	"q4_0": func(k int) int { return k / 32 },
+	"q8_0": func(k int) int { return k / 16 },
+	"f32":  func(k int) int { return k / 4 },
+	"f16":  func(k int) int { return k / 8 },
+	"bf16": func(k int) int { return k / 8 },
+}
+
+// oneRowTwin is c's launch for batches of one row, if it has one.
+func oneRowTwin(c call, opt planOptions) (call, bool) {
+	if c.cond != small && c.cond != always {
+		return call{}, false
+	}
+	kind, typ, ok := strings.Cut(c.kernel, "_")
+	if kind == "matvec" && strings.HasPrefix(typ, "glu_") {
+		kind, typ = "matvec_glu", typ[len("glu_"):]
+	}
+	chunks := oneRowTypes[typ]
+	if !ok || chunks == nil {
+		return call{}, false
+	}
+	t := c
+	t.cond = one
+	t.args = append([]arg(nil), c.args...)
+	switch kind {
+	case "matvec":
+		// out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb
+		n := int(c.args[11].v)
+		rpb := oneRowRowsPerBlock(n, chunks(int(c.args[10].v)), opt.sms)
+		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
+		t.gridX = min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms))
+	case "matvec3":
+		// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff, bias, N
+		// of each weight.
+		n := int(c.args[11].v + c.args[16].v + c.args[21].v)
+		rpb := oneRowRowsPerBlock(n, chunks(int(c.args[5].v)), opt.sms)
+		groups := 0
+		for _, at := range []int{11, 16, 21} {
+			groups += (int(c.args[at].v) + rpb - 1) / rpb
+		}
+		t.kernel, t.args[6] = "matvec13_"+typ, i32(rpb)
+		t.gridX = uint32(min(groups, mvGridPerSM*opt.sms))
+	case "matvec_glu":
+		t.kernel = "matvec1_glu_" + typ
+	default:
+		return call{}, false
+	}
+	return t, true
+}
+
+// oneRowRowsPerBlock is rowsPerBlock for one activation row: half a warp
+// a row wherever the launch keeps two blocks per multiprocessor, so that
+// rows of 8·16 chunks or more give each lane MV_BATCH1 loads at once.
+func oneRowRowsPerBlock(n, chunks, sms int) int {
+	if n/8 >= 2*sms {
+		return 8
+	}
+	return rowsPerBlock(n, chunks, sms)
+}

@@ -1,0 +1,49 @@
+package cuda
+
+import "testing"
+
+// TestOneRowTwin checks the one-row twins' rows per block and grids on an
+// H100-sized device: half a warp a row where that still makes two blocks
+// a multiprocessor, as many rows per block as before where it does not.
+func TestOneRowTwin(t *testing.T) {
+	opt := planOptions{sms: 132}
+	mv := func(typ string, k, n, rpb int) call {
+		return call{kernel: "matvec_" + typ, cond: small, args: []arg{null, null, null, null, null, i64(0), i64(0), null,
+			null, i32(0), i32(k), i32(n), i32(rpb)}}
+	}
+	for _, tc := range []struct {
+		c         call
+		kernel    string
+		rpb, grid int
+	}{
+		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 8, 512},
+		{mv("q8_0", 14336, 4096, 4), "matvec1_q8_0", 8, 512},
+		{mv("bf16", 2048, 128256, 4), "matvec1_bf16", 8, 528},
+		{mv("q4_0", 2048, 512, 1), "matvec1_q4_0", 1, 512},
+		{call{kernel: "matvec3_q4_0", cond: always, args: []arg{null, null, i64(0), null, i32(0), i32(4096), i32(4),
+			null, null, i64(0), null, i32(4096), null, null, i64(0), null, i32(1024), null, null, i64(0), null, i32(1024)}},
+			"matvec13_q4_0", 8, 528},
+		{call{kernel: "matvec_glu_q8_0", cond: small}, "matvec1_glu_q8_0", -1, 0},
+	} {
+		got, ok := oneRowTwin(tc.c, opt)
+		if !ok || got.kernel != tc.kernel || got.cond != one {
+			t.Errorf("%s: twin %v %q (%v)", tc.c.kernel, ok, got.kernel, got.cond)
+			continue
+		}
+		rpbAt := map[string]int{"matvec1_": 12, "matvec13": 6}[got.kernel[:8]]
+		if tc.rpb > 0 && (got.args[rpbAt] != i32(tc.rpb) || got.gridX != uint32(tc.grid)) {
+			t.Errorf("%s: rows per block %+v, grid %d; want %d, %d", got.kernel, got.args[rpbAt], got.gridX, tc.rpb, tc.grid)
+		}
+		if tc.c.args != nil && &got.args[0] == &tc.c.args[0] {
+			t.Errorf("%s: the twin shares its arguments", got.kernel)
+		}
+	}
+	for _, c := range []call{
+		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q4_0", cond: large}, {kernel: "rmsnorm_q8", cond: small},
+		{kernel: "mmq_q4_0", cond: large},
+	} {
+		if _, ok := oneRowTwin(c, opt); ok {
+			t.Errorf("%s (%v) has a one-row twin", c.kernel, c.cond)
+		}
+	}
+}
