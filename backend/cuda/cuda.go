@@ -61,8 +61,11 @@ func kernelNames() []string {
 	names = append(names, kquantKernels...)
 	for typ, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)
-		if kLayouts[typ] == nil { // the fused and one-row kernels take the types of matvec.cu
-			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix)
+		if kLayouts[typ] == nil { // the fused kernels (plangroup.go) take the types of matvec.cu
+			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix)
+		}
+		if oneRowTypes[suffix] != nil {
+			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix)
 		}
 		if suffix != "f32" && suffix != "f16" {
 			names = append(names, "deq_f16_"+suffix)

@@ -87,7 +87,8 @@ func attentionSplitKeys() int {
 
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
-	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys()})
+	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys(),
+		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0"})
 	if err != nil {
 		return nil, err
 	}

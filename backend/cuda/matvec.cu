@@ -359,9 +359,9 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
     }
 }
 
-// Each kernel comes twice: for batches of up to MVR rows a pass, and
-// (name1_*, plan.go's oneRow) for a single row, whose only pass keeps
-// MV_BATCH1 loads in flight a lane in fewer registers.
+// Each kernel comes for batches of up to MVR rows a pass, and those of the
+// float types also (matvec1_*, onerow.go) for a single row, whose only
+// pass keeps MV_BATCH1 loads in flight a lane in fewer registers.
 #define MV_BATCH1 8
 #define MATVEC(name, T, MAXM, B)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
@@ -377,8 +377,6 @@ MATVEC(matvec_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC(matvec1_f32, W_F32, 1, MV_BATCH1)
 MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
 MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
-MATVEC(matvec1_q8_0, W_Q8_0, 1, MV_BATCH1)
-MATVEC(matvec1_q4_0, W_Q4_0, 1, MV_BATCH1)
 
 // The grouped and GLU kernels have more code paths than matvec; their
 // register count is held where mvGridPerSM blocks of each fit on a
@@ -404,8 +402,6 @@ MATVEC3(matvec3_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC3(matvec13_f32, W_F32, 1, MV_BATCH1)
 MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
 MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
-MATVEC3(matvec13_q8_0, W_Q8_0, 1, MV_BATCH1)
-MATVEC3(matvec13_q4_0, W_Q4_0, 1, MV_BATCH1)
 
 #define MATVEC_GLU(name, T, MAXM, B)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
@@ -423,8 +419,6 @@ MATVEC_GLU(matvec_glu_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC_GLU(matvec1_glu_f32, W_F32, 1, MV_BATCH1)
 MATVEC_GLU(matvec1_glu_f16, W_F16, 1, MV_BATCH1)
 MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH1)
-MATVEC_GLU(matvec1_glu_q8_0, W_Q8_0, 1, MV_BATCH1)
-MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH1)
 
 // The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
 // activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),

@@ -5,10 +5,14 @@ import "strings"
 // Decode of one sequence multiplies a single activation row, and the
 // matrix-vector kernels built for up to MVR rows a pass keep the
 // registers of their widest pass. oneRow gives every matrix-vector launch
-// of small batches a twin for batches of one row: the kernel compiled for
-// one row (matvec1_*, matvec13_*, matvec1_glu_*), which keeps MV_BATCH1
-// loads in flight a lane, with rows per block chosen so that a lane has
-// that many chunks to load where the launch still fills the device.
+// by float weights (F32, F16, BF16) of small batches a twin for batches of
+// one row: the kernel compiled for one row (matvec1_*, matvec13_*,
+// matvec1_glu_*), which keeps MV_BATCH1 loads in flight a lane, half a
+// warp a row where the launch still fills the device. On an H100 (same
+// run, WEFT_CUDA_ONEROW=0 against 1) that took BF16 tg128 from 566-569 to
+// 640-645 tok/s on the 1B shape and from 134 to 137 on the 8B; the same
+// twins of the Q4_0/Q8_0 kernels were 1-8 % slower (8B Q4_0 294 against
+// 271), so quantized weights keep their kernels.
 func oneRow(pl *planned, opt planOptions) {
 	calls := make([]call, 0, len(pl.calls)+64)
 	for _, c := range pl.calls {
@@ -31,11 +35,9 @@ func withoutOne(c cond) cond {
 	return notOne
 }
 
-// oneRowTypes are the weight types of matvec.cu, with their 16-byte
-// chunks a row of k columns.
+// oneRowTypes are the weight types with one-row twins, with their
+// 16-byte chunks a row of k columns.
 var oneRowTypes = map[string]func(k int) int{
-	"q4_0": func(k int) int { return k / 32 },
-	"q8_0": func(k int) int { return k / 16 },
 	"f32":  func(k int) int { return k / 4 },
 	"f16":  func(k int) int { return k / 8 },
 	"bf16": func(k int) int { return k / 8 },

@@ -4,7 +4,8 @@ import "testing"
 
 // TestOneRowTwin checks the one-row twins' rows per block and grids on an
 // H100-sized device: half a warp a row where that still makes two blocks
-// a multiprocessor, as many rows per block as before where it does not.
+// a multiprocessor, as many rows per block as before where it does not;
+// quantized weights have no twins.
 func TestOneRowTwin(t *testing.T) {
 	opt := planOptions{sms: 132}
 	mv := func(typ string, k, n, rpb int) call {
@@ -16,14 +17,14 @@ func TestOneRowTwin(t *testing.T) {
 		kernel    string
 		rpb, grid int
 	}{
-		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 8, 512},
-		{mv("q8_0", 14336, 4096, 4), "matvec1_q8_0", 8, 512},
+		{mv("bf16", 4096, 4096, 4), "matvec1_bf16", 8, 512},
+		{mv("f16", 14336, 4096, 4), "matvec1_f16", 8, 512},
 		{mv("bf16", 2048, 128256, 4), "matvec1_bf16", 8, 528},
-		{mv("q4_0", 2048, 512, 1), "matvec1_q4_0", 1, 512},
-		{call{kernel: "matvec3_q4_0", cond: always, args: []arg{null, null, i64(0), null, i32(0), i32(4096), i32(4),
+		{mv("f32", 2048, 512, 1), "matvec1_f32", 1, 512},
+		{call{kernel: "matvec3_bf16", cond: always, args: []arg{null, null, i64(0), null, i32(0), i32(4096), i32(4),
 			null, null, i64(0), null, i32(4096), null, null, i64(0), null, i32(1024), null, null, i64(0), null, i32(1024)}},
-			"matvec13_q4_0", 8, 528},
-		{call{kernel: "matvec_glu_q8_0", cond: small}, "matvec1_glu_q8_0", -1, 0},
+			"matvec13_bf16", 8, 528},
+		{call{kernel: "matvec_glu_f16", cond: small}, "matvec1_glu_f16", -1, 0},
 	} {
 		got, ok := oneRowTwin(tc.c, opt)
 		if !ok || got.kernel != tc.kernel || got.cond != one {
@@ -39,7 +40,8 @@ func TestOneRowTwin(t *testing.T) {
 		}
 	}
 	for _, c := range []call{
-		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q4_0", cond: large}, {kernel: "rmsnorm_q8", cond: small},
+		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q4_0", cond: small}, {kernel: "matvec3_q8_0", cond: small},
+		{kernel: "matvec_bf16", cond: large}, {kernel: "rmsnorm_q8", cond: small},
 		{kernel: "mmq_q4_0", cond: large},
 	} {
 		if _, ok := oneRowTwin(c, opt); ok {

@@ -240,6 +240,7 @@ type planOptions struct {
 	// (0: attSplitKeys, below 0: no split kernel); tests set it low to
 	// split short caches.
 	splitKeys int
+	noOneRow  bool // no one-row twins (WEFT_CUDA_ONEROW=0)
 }
 
 // planned is a checked program: its launches, how each weight is stored
@@ -405,7 +406,9 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			pl.calls = append(pl.calls, c)
 		}
 	}
-	oneRow(pl, opt)
+	if !opt.noOneRow {
+		oneRow(pl, opt)
+	}
 	return pl, nil
 }
 
