@@ -78,6 +78,12 @@ __device__ __forceinline__ float deq(const u8* __restrict__ row, const u16* __re
     return h2f(d[i >> 5]) * (float)(v - 8);
 }
 
+// nib_lo / nib_hi are the low / high nibbles of the 4 bytes of v as 4
+// int8 values n - 8: (n + 0x78) ^ 0x80 per byte, with no carry between
+// bytes.
+__device__ __forceinline__ u32 nib_lo(u32 v) { return ((v & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
+__device__ __forceinline__ u32 nib_hi(u32 v) { return (((v >> 4) & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -86,15 +86,17 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[M], const signed char* qa, 
                 int c = c0 + u * nsub;
                 if (c >= nc) continue;
                 if constexpr (T == W_Q4_0) {
-                    int lo[4] = {(int)(q[u].x & 0x0f0f0f0f), (int)(q[u].y & 0x0f0f0f0f), (int)(q[u].z & 0x0f0f0f0f),
-                                 (int)(q[u].w & 0x0f0f0f0f)};
-                    int hi[4] = {(int)((q[u].x >> 4) & 0x0f0f0f0f), (int)((q[u].y >> 4) & 0x0f0f0f0f),
-                                 (int)((q[u].z >> 4) & 0x0f0f0f0f), (int)((q[u].w >> 4) & 0x0f0f0f0f)};
+                    // The levels n - 8 as signed bytes (nib_lo /
+                    // nib_hi), so the block's integer sum Σ (n-8)·q is
+                    // exact and scaled once by dw·da, as the CPU backend
+                    // does.
+                    int lo[4] = {(int)nib_lo(q[u].x), (int)nib_lo(q[u].y), (int)nib_lo(q[u].z), (int)nib_lo(q[u].w)};
+                    int hi[4] = {(int)nib_hi(q[u].x), (int)nib_hi(q[u].y), (int)nib_hi(q[u].z), (int)nib_hi(q[u].w)};
 #pragma unroll
                     for (int k = 0; k < M; k++) {
                         const int4* x = (const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 32);
                         int4 x0 = x[0], x1 = x[1];
-                        float2 s = ds[(u64)(r0 + k) * nb + c];
+                        float da = ds[(u64)(r0 + k) * nb + c].x;
                         int dot = dp4a(lo[0], x0.x, 0);
                         dot = dp4a(lo[1], x0.y, dot);
                         dot = dp4a(lo[2], x0.z, dot);
@@ -103,8 +105,7 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[M], const signed char* qa, 
                         dot = dp4a(hi[1], x1.y, dot);
                         dot = dp4a(hi[2], x1.z, dot);
                         dot = dp4a(hi[3], x1.w, dot);
-                        // Σ (n-8) q = Σ n q - 8 Σ q.
-                        acc[k] += dw[u] * (s.x * (float)dot - 8.f * s.y);
+                        acc[k] += dw[u] * da * (float)dot;
                     }
                 } else {
 #pragma unroll

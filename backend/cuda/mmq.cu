@@ -70,12 +70,6 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const u32 (&a)[4], u32 b0, u
 #endif
 }
 
-// nib_lo / nib_hi are the low / high nibbles of the 4 bytes of v as 4
-// int8 values n - 8: (n + 0x78) ^ 0x80 per byte, with no carry between
-// bytes.
-__device__ __forceinline__ u32 nib_lo(u32 v) { return ((v & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
-__device__ __forceinline__ u32 nib_hi(u32 v) { return (((v >> 4) & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
-
 // mmq computes the tiles of one launch; NT is the mma columns (8
 // activation rows each) of a warp (BT = 16·NT activation rows a tile, at
 // least 64), ST the stages in flight.
