@@ -101,21 +101,14 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 // does not depend on which block finished last, and writes out (and, with
 // qa set, the int8 rows as quantize_q8 would). Needs hd % 4 == 0, hd <=
 // 32·AS_ND, nheads/nkv <= AS_WARPS·AS_HPW and S <= AS_MAXS.
-//
-// With invfreq set (a batch of one row; plan.go's foldRope), the launch
-// also does rope_store's work: each block rotates its query heads as it
-// loads them, and the block whose run holds position p rotates the row's
-// key of its kv head (kcur) and stores it and the value (vcur) in the
-// cache before reading it, with rope_store's arithmetic.
 #define AS_WARPS 4
 #define AS_HPW 4
 #define AS_ND 8
 #define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
 
-extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
-    float* out, const float* q, float* kc, float* vc, const int* meta, const int* pos, const int* slots, int nheads,
-    int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds, float* part,
-    int* count, int S, int kt, const float* kcur, const float* vcur, const float* invfreq, int half, int neox) {
+extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos,
+                    const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window,
+                    signed char* qa, float2* ds, float* part, int* count, int S, int kt) {
     pdl();
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
@@ -134,35 +127,6 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     u64 base = (u64)slots[r] * cap * kvdim + (u64)kvh * hd;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
     for (int i = tid; i < G * hd; i += blockDim.x) Qs[i] = qb[i];
-    if (invfreq) {
-        float pf = (float)p;
-        __syncthreads();
-        for (int t = tid; t < G * half; t += blockDim.x) {
-            int g = t / half, i = t - g * half;
-            float sn, cs;
-            sincosf(pf * invfreq[i], &sn, &cs);
-            int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-            float* x = Qs + g * hd;
-            float x0 = x[ia], x1 = x[ib];
-            x[ia] = x0 * cs - x1 * sn;
-            x[ib] = x0 * sn + x1 * cs;
-        }
-        if (j0 <= p && p < j1) {
-            const float* kr = kcur + (u64)r * kvdim + (u64)kvh * hd;
-            const float* vr = vcur + (u64)r * kvdim + (u64)kvh * hd;
-            u64 at = base + (u64)(p % cap) * kvdim;
-            for (int i = tid; i < half; i += blockDim.x) {
-                float sn, cs;
-                sincosf(pf * invfreq[i], &sn, &cs);
-                int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-                float x0 = kr[ia], x1 = kr[ib];
-                kc[at + ia] = x0 * cs - x1 * sn;
-                kc[at + ib] = x0 * sn + x1 * cs;
-            }
-            for (int i = 2 * half + tid; i < hd; i += blockDim.x) kc[at + i] = kr[i];
-            for (int i = tid; i < hd; i += blockDim.x) vc[at + i] = vr[i];
-        }
-    }
 
     float m[AS_HPW], l[AS_HPW], acc[AS_HPW][AS_ND];
 #pragma unroll

@@ -184,8 +184,7 @@ func opCases() []opCase {
 				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: b.mat(wc.typ, wc.n, wc.k, 0.5), Bias: b.vec(wc.n, 0, 1)})
 			}})
 	}
-	// Rope of q and k and the store of k and v run as one launch, or as
-	// part of the attention launch for one-row batches (foldRope).
+	// Rope of q and k and the store of k and v run as one launch.
 	for _, rc := range []struct {
 		name            string
 		layout, maxRows int
@@ -351,9 +350,8 @@ func opCases() []opCase {
 
 // TestOpsAgainstCPU runs every op, on random data of odd sizes, on both
 // backends: every case as planned by default, cases with mmqTol again
-// with WEFT_MMQ=1, attention cases (and rope+store, whose attention does
-// the rope and the store for one-row batches) again with the cache split
-// in runs of 8 positions.
+// with WEFT_MMQ=1, attention cases again with the cache split in runs of
+// 8 positions.
 func TestOpsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	for i, tc := range opCases() {
@@ -371,7 +369,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 				run(t, tc.mmqTol)
 			})
 		}
-		if strings.HasPrefix(tc.name, "attention/") || strings.HasPrefix(tc.name, "rope+store/") {
+		if strings.HasPrefix(tc.name, "attention/") {
 			t.Run("split/"+tc.name, func(t *testing.T) {
 				defer func(k int) { splitKeys = k }(splitKeys)
 				splitKeys = 8

@@ -409,7 +409,6 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	if !opt.noOneRow {
 		oneRow(pl, opt)
 	}
-	foldRope(p, pl)
 	return pl, nil
 }
 

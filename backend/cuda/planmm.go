@@ -267,8 +267,7 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	pl.need(scratchAttnCount, 4*rows*op.NKV)
 	return call{kernel: "attention_split", gridX: uint32(op.NKV * splits), gridY: gridAll, block: 32 * attSplitWarps,
 		shared: uint32(smem(kt)), which: metaRows,
-		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt),
-			null, null, null, i32(0), i32(0))}, true // rope and store folded in: foldRope
+		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt))}, true
 }
 
 // ropeStoreFusable reports whether rope of q, rope of k and the store of
