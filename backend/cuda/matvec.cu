@@ -392,8 +392,8 @@ MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
              long long dOff1, const float* bias1, int N1, float* out2, const u8* w2, long long dOff2,              \
              const float* bias2, int N2) {                                                                         \
         pdl();                                                                                                     \
-        matvec3<T, MAXM, B>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1, bias1, N1,  \
-                   out2, w2, dOff2, bias2, N2);                                                                    \
+        matvec3<T, MAXM, B>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1,     \
+                            bias1, N1, out2, w2, dOff2, bias2, N2);                                                \
     }
 MATVEC3(matvec3_f32, W_F32, MVR, MV_BATCH)
 MATVEC3(matvec3_f16, W_F16, MVR, MV_BATCH)
