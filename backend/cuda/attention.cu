@@ -91,8 +91,8 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 // each key and value of a kv head is read once for all its query heads.
 // Grid (nkv·S, rows), AS_WARPS warps a block. Block (kvh, s) of row r
 // takes the s-th of S equal runs of the row's visible positions (whole
-// tiles of kt ≤ 32 keys), loads them a tile at a time into shared memory (keys
-// [kt][hd+4], values [kt][hd]) and runs an online softmax for each
+// tiles of kt ≤ 32 keys), loads them a tile at a time into shared memory
+// (keys [kt][hd+4], values [kt][hd]) and runs an online softmax for each
 // query head of kvh (warp w takes heads w, w+AS_WARPS, ...; lane j scores
 // key j of the tile, then owns dims j, j+32, ... of the output). Each
 // head's partial result (acc[hd], max, sum) goes to part [rows, nheads, S,
@@ -106,9 +106,10 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 #define AS_ND 8
 #define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
 
-extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos,
-                    const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window,
-                    signed char* qa, float2* ds, float* part, int* count, int S, int kt) {
+extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
+    float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos, const int* slots,
+    int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
+    float* part, int* count, int S, int kt) {
     pdl();
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
