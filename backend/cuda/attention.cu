@@ -244,7 +244,8 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
 // the tile, then owns dims l, l+32, ... of the output. Needs hd % 4 == 0
 // and hd <= 32*HD4. Shared memory: keys [AT_KT][hd+4] (the pad keeps
 // 16-byte rows on distinct banks), values [AT_KT][hd], scaled queries
-// [AT_WARPS*QPW][hd], probabilities [AT_WARPS][AT_KT].
+// [AT_WARPS*QPW][hd], probabilities [AT_WARPS*QPW][AT_KT]. A warp reads
+// each key and value row of a tile once for its QPW queries.
 #define AT_ROWS 8
 #define AT_KT 32
 #define AT_WARPS 8
@@ -319,16 +320,31 @@ __device__ void attention_tiled(float* out, const float* q, const float* kc, con
                     *(float4*)(Vs + kk * hd + d) = vv;
                 }
                 __syncthreads();
+                // Scores: lane j's key row is read once for the warp's
+                // QPW queries (each sums in the same order as alone).
+                float sc[QPW];
+#pragma unroll
+                for (int i = 0; i < QPW; i++) sc[i] = 0.f;
+                const float* kr = Ks + lane * hdp;
+                const float* qw = Qs + warp * QPW * hd;
+                for (int d = 0; d < hd; d += 4) {
+                    float4 b = *(const float4*)(kr + d);
+#pragma unroll
+                    for (int i = 0; i < QPW; i++) {
+                        float4 a = *(const float4*)(qw + i * hd + d);
+                        sc[i] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                    }
+                }
+                float* pw = Ps + warp * QPW * AT_KT;
 #pragma unroll
                 for (int i = 0; i < QPW; i++) {
-                    if (last[i] < k0 || first[i] > k0 + AT_KT - 1) continue; // no visible key in this tile
-                    const float* qv = Qs + (warp * QPW + i) * hd;
-                    const float* kr = Ks + lane * hdp;
-                    float s = 0.f;
-                    for (int d = 0; d < hd; d += 4) {
-                        float4 a = *(const float4*)(qv + d), b = *(const float4*)(kr + d);
-                        s += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                    // A query with no visible key in this tile keeps its
+                    // state (and weighs the tile's values by 0).
+                    if (last[i] < k0 || first[i] > k0 + AT_KT - 1) {
+                        pw[i * AT_KT + lane] = 0.f;
+                        continue;
                     }
+                    float s = sc[i];
                     if (softcap > 0.f) s = softcap * tanhf(s / softcap);
                     int kp = k0 + lane;
                     bool ok = kp >= first[i] && kp <= last[i];
@@ -336,20 +352,28 @@ __device__ void attention_tiled(float* out, const float* q, const float* kc, con
                     float corr = expf(m[i] - mn), e = ok ? expf(s - mn) : 0.f;
                     l[i] = l[i] * corr + warp_sum(e);
                     m[i] = mn;
-                    Ps[warp * AT_KT + lane] = e;
-                    __syncwarp();
+                    pw[i * AT_KT + lane] = e;
 #pragma unroll
                     for (int c = 0; c < HD4; c++) acc[i][c] *= corr;
-                    for (int kk = 0; kk < AT_KT; kk++) {
-                        float pk = Ps[warp * AT_KT + kk];
-#pragma unroll
-                        for (int c = 0; c < HD4; c++) {
-                            int d = lane + 32 * c;
-                            if (d < hd) acc[i][c] += pk * Vs[kk * hd + d];
-                        }
-                    }
-                    __syncwarp();
                 }
+                __syncwarp();
+                // Values: each row of the tile is read once for the QPW
+                // queries.
+                for (int kk = 0; kk < AT_KT; kk++) {
+                    float vv[HD4];
+#pragma unroll
+                    for (int c = 0; c < HD4; c++) {
+                        int d = lane + 32 * c;
+                        vv[c] = d < hd ? Vs[kk * hd + d] : 0.f;
+                    }
+#pragma unroll
+                    for (int i = 0; i < QPW; i++) {
+                        float pk = pw[i * AT_KT + kk];
+#pragma unroll
+                        for (int c = 0; c < HD4; c++) acc[i][c] += pk * vv[c];
+                    }
+                }
+                __syncwarp();
             }
 #pragma unroll
             for (int i = 0; i < QPW; i++) {

@@ -230,7 +230,7 @@ func planAttention(p *backend.Program, pl *planned, st *planState, op *backend.O
 	}
 	dec.cond = small
 	tiled := call{kernel: kernel, gridX: uint32(op.NKV), gridY: gridTiles, block: 32 * attTileWarps, cond: large, which: metaRows,
-		shared: uint32(4 * (attTileKeys*(hd+4) + attTileKeys*hd + attTileWarps*qpw*hd + attTileWarps*attTileKeys)), args: args}
+		shared: uint32(4 * (attTileKeys*(hd+4) + attTileKeys*hd + attTileWarps*qpw*hd + attTileWarps*qpw*attTileKeys)), args: args}
 	if requant {
 		cols := op.NHeads * hd
 		return []call{dec, tiled, {kernel: "quantize_q8", gridX: blocks(cols/32, 8), gridY: gridAll, block: 256, cond: large, which: metaRows,
