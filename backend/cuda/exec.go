@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"unsafe"
 
 	"github.com/weftlm/weft/backend"
@@ -76,11 +77,17 @@ type boundGemm struct {
 var splitKeys int
 
 // attentionSplitKeys is the planOptions.splitKeys to compile with:
-// WEFT_CUDA_SPLIT=0 turns split decode attention off (-1), for
+// WEFT_CUDA_SPLIT=0 turns split decode attention off (-1), and
+// WEFT_CUDA_SPLIT=N (N > 1) splits the cache in runs of N positions, for
 // comparisons.
 func attentionSplitKeys() int {
-	if os.Getenv("WEFT_CUDA_SPLIT") == "0" {
-		return -1
+	if n, err := strconv.Atoi(os.Getenv("WEFT_CUDA_SPLIT")); err == nil {
+		switch {
+		case n == 0:
+			return -1
+		case n > 1:
+			return n
+		}
 	}
 	return splitKeys
 }
