@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weftlm/weft/weights"
 )
 
 // TestSynthAndConvert makes a random model from a real config shape scaled
@@ -44,5 +46,32 @@ func TestCheckWithoutGPU(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "no GPU to check against") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	for _, v := range []string{"0", "-1", "x", "+Inf"} {
+		if _, stderr, code := runWeft(t, "check", "-m", "any", "--max-kl", v); code != 2 || !strings.Contains(stderr, "max-kl") {
+			t.Errorf("--max-kl %s: exit %d, stderr %q", v, code, stderr)
+		}
+	}
+}
+
+// TestKLHint: weft check explains a KL over the bar for models with
+// quantized matrices only.
+func TestKLHint(t *testing.T) {
+	for _, tc := range []struct {
+		path  string
+		quant bool
+	}{
+		{filepath.Join("..", "..", "testdata", "models", "llama3-tiny"), false},
+		{filepath.Join("..", "..", "testdata", "models", "quant", "llama3-tiny-Q4_0.gguf"), true},
+		{filepath.Join("..", "..", "testdata", "models", "quant", "llama3-tiny-mlx4"), true},
+	} {
+		w, err := weights.Open(tc.path, weights.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := klHint(w); (got != "") != tc.quant || (tc.quant && !strings.Contains(got, "int8")) {
+			t.Errorf("%s: hint %q", tc.path, got)
+		}
+		w.Close()
 	}
 }
