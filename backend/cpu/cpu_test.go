@@ -15,9 +15,10 @@ import (
 var testTokens = []int32{1, 15, 27, 3, 99, 42, 7, 64, 5, 11, 200, 31, 8, 17, 2, 90, 45, 6, 70, 13}
 
 // runModel loads a model on the CPU backend at kernel level (""
-// for the best) and returns the teacher-forced logits of testTokens, fed
-// as a prefill of the first half and decode steps for the rest.
-func runModel(t *testing.T, path, level string) []float32 {
+// for the best) with threads workers and returns the teacher-forced logits
+// of testTokens, fed as a prefill of the first half and decode steps for
+// the rest.
+func runModel(t *testing.T, path, level string, threads int) []float32 {
 	t.Helper()
 	t.Setenv("WEFT_CPU_KERNELS", level)
 	p, err := weights.Open(path, weights.Options{})
@@ -25,7 +26,7 @@ func runModel(t *testing.T, path, level string) []float32 {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	m, err := engine.Load(p, cpu.New(2), engine.Options{Context: 64, MaxBatch: 16})
+	m, err := engine.Load(p, cpu.New(threads), engine.Options{Context: 64, MaxBatch: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +85,13 @@ func TestLevelsAgree(t *testing.T) {
 			if _, err := os.Stat(c.path); err != nil {
 				t.Skipf("fixture missing: %v", err)
 			}
-			ref := runModel(t, c.path, "")
+			ref := runModel(t, c.path, "", 2)
 			for _, level := range levels {
 				t.Setenv("WEFT_CPU_KERNELS", level)
 				if cpu.New(1).Kernels() == "" {
 					continue // not on this machine
 				}
-				got := runModel(t, c.path, level)
+				got := runModel(t, c.path, level, 2)
 				e := relErr(got, ref)
 				bound := 1e-3
 				switch {
@@ -149,6 +150,32 @@ func TestRunAllocatesNothing(t *testing.T) {
 		})
 		if allocs != 0 {
 			t.Errorf("%s: %g allocations per step", name, allocs)
+		}
+	}
+}
+
+// TestThreadsAgree: the logits do not depend on the worker count, bit for
+// bit, at every kernel level. stories260K's FFN is 172 wide, not a whole
+// number of 8-lane vectors, which once made a GLU over several rows round
+// a row's tail differently depending on how rows were shared out.
+func TestThreadsAgree(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "shared", "testdata", "gguf-stories260K", "stories260K.gguf")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("shared test data not available: %v", err)
+	}
+	for _, level := range []string{"avx512vnni", "avx2", "go"} {
+		t.Setenv("WEFT_CPU_KERNELS", level)
+		if cpu.New(1).Kernels() == "" {
+			continue // not on this machine
+		}
+		ref := runModel(t, path, level, 1)
+		for _, threads := range []int{2, 3, 4} {
+			got := runModel(t, path, level, threads)
+			for i := range ref {
+				if got[i] != ref[i] {
+					t.Fatalf("%s, %d threads: logit %d is %v, one thread gives %v", level, threads, i, got[i], ref[i])
+				}
+			}
 		}
 	}
 }

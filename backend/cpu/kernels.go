@@ -183,8 +183,14 @@ func (e *exec) gluBody(op *backend.Op) func(lo, hi, worker int) {
 	if gelu {
 		fn = e.isa.geluMul
 	}
+	// One call a row: the vector kernels leave a row's last len%8
+	// elements to the portable code, which rounds differently, so a call
+	// over several rows would make the result depend on how the rows were
+	// shared out between workers (their number).
 	return func(lo, hi, _ int) {
-		fn(a[lo*cols:hi*cols], b[lo*cols:hi*cols], out[lo*cols:hi*cols])
+		for r := lo; r < hi; r++ {
+			fn(a[r*cols:(r+1)*cols], b[r*cols:(r+1)*cols], out[r*cols:(r+1)*cols])
+		}
 	}
 }
 
