@@ -30,6 +30,7 @@ type benchResult struct {
 	TokPerSec  float64   `json:"tokens_per_second"`
 	Stddev     float64   `json:"stddev"`
 	Threads    int       `json:"threads"`
+	Backend    string    `json:"backend"` // as the backend names itself: "cpu", "cuda:0", or a split's parts
 	ModelBytes uint64    `json:"model_bytes"`
 	Samples    []float64 `json:"samples_tokens_per_second"`
 }
@@ -99,11 +100,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
 	}
-	fmt.Fprintf(stdout, "| %-28s | %10s | %7s | %13s | %18s |\n", "model", "size", "threads", "test", "t/s")
-	fmt.Fprintf(stdout, "|%s|%s|%s|%s|%s|\n", dashes(30), dashes(12), dashes(9), dashes(15), dashes(20))
+	fmt.Fprintf(stdout, "| %-28s | %10s | %-10s | %7s | %13s | %18s |\n", "model", "size", "backend", "threads", "test", "t/s")
+	fmt.Fprintf(stdout, "|%s|%s|%s|%s|%s|%s|\n", dashes(30), dashes(12), dashes(12), dashes(9), dashes(15), dashes(20))
 	for _, r := range results {
-		fmt.Fprintf(stdout, "| %-28s | %6.1f MiB | %7d | %13s | %8.2f ± %7.2f |\n",
-			filepath.Base(*model), float64(r.ModelBytes)/(1<<20), r.Threads, r.Test, r.TokPerSec, r.Stddev)
+		fmt.Fprintf(stdout, "| %-28s | %6.1f MiB | %-10s | %7d | %13s | %8.2f ± %7.2f |\n",
+			filepath.Base(*model), float64(r.ModelBytes)/(1<<20), r.Backend, r.Threads, r.Test, r.TokPerSec, r.Stddev)
 	}
 	return nil
 }
@@ -206,7 +207,7 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	}
 	var out []benchResult
 	measure := func(name string, tokens int, warm, run func() error) error {
-		r := benchResult{Test: name, Threads: s.threads, ModelBytes: modelBytes}
+		r := benchResult{Test: name, Threads: s.threads, Backend: be.Name(), ModelBytes: modelBytes}
 		if err := warm(); err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("tests %+v, want pp16 and tg4", res)
 	}
 	for _, r := range res {
-		if !(r.TokPerSec > 0) || r.Stddev < 0 || r.Threads != 1 || len(r.Samples) != 2 {
+		if !(r.TokPerSec > 0) || r.Stddev < 0 || r.Threads != 1 || len(r.Samples) != 2 || r.Backend != "cpu" {
 			t.Errorf("%+v", r)
 		}
 		// the tensors are most of the file but not all of it
@@ -37,7 +37,7 @@ func TestBenchCommand(t *testing.T) {
 	}
 
 	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-p", "0", "-n", "2", "-r", "1")
-	if code != 0 || !strings.Contains(stdout, "tg2") || strings.Contains(stdout, "pp") {
+	if code != 0 || !strings.Contains(stdout, "tg2") || strings.Contains(stdout, "pp") || !strings.Contains(stdout, "| cpu ") {
 		t.Fatalf("table: exit %d, %q %q", code, stdout, stderr)
 	}
 
