@@ -401,15 +401,18 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			return nil, fmt.Errorf("cuda: op %d (%s, layer %d): %w", i, op.Kind, op.Layer, err)
 		}
 		for _, c := range calls {
-			if c.kernel != "" && !builtKernels[c.kernel] {
-				return nil, fmt.Errorf("cuda: op %d (%s, layer %d) needs kernel %s, which kernelNames does not list", i, op.Kind, op.Layer, c.kernel)
-			}
 			c.op = i
 			pl.calls = append(pl.calls, c)
 		}
 	}
 	if !opt.noOneRow {
 		oneRow(pl, opt)
+	}
+	for _, c := range pl.calls {
+		if c.kernel != "" && !builtKernels[c.kernel] {
+			op := &p.Ops[c.op]
+			return nil, fmt.Errorf("cuda: op %d (%s, layer %d) needs kernel %s, which kernelNames does not list", c.op, op.Kind, op.Layer, c.kernel)
+		}
 	}
 	return pl, nil
 }
