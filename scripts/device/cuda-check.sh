@@ -1,12 +1,15 @@
 #!/bin/bash
 # One device call that checks and measures the CUDA backend: every device
-# test, weft check on the fixtures, and tg128/pp512 of random-weight models
-# of Llama-3.2-1B's and Llama-3-8B's shapes. Build on a machine with Go,
-# put the outputs in one git-ignored folder and carry it:
+# test, weft check on the fixtures, tg128/pp512 of random-weight models
+# of Llama-3.2-1B's and Llama-3-8B's shapes, decode and prefill at a
+# depth, and the CLI and server on the default backend. Build on a
+# machine with Go, put the outputs in one git-ignored folder (stripped:
+# what a device call carries is limited to 64 MiB with the tree) and carry
+# it:
 #
 #   D=.device/check; mkdir -p $D
-#   CGO_ENABLED=0 go test -c -o $D/cuda.test ./backend/cuda
-#   CGO_ENABLED=0 go build -o $D/weft ./cmd/weft
+#   CGO_ENABLED=0 go test -c -ldflags="-s -w" -o $D/cuda.test ./backend/cuda
+#   CGO_ENABLED=0 go build -ldflags="-s -w" -o $D/weft ./cmd/weft
 #   cp scripts/device/cuda-check.sh backend/cuda/testdata/llama-3-8b.config.json $D/
 #   cp ../shared/testdata/hf-configs/Llama-3.2-1B/config.json $D/llama-3.2-1b.config.json
 #   mkdir -p $D/shared/testdata && cp -r ../shared/testdata/{gguf,llama2c}-stories260K $D/shared/testdata/
@@ -39,6 +42,7 @@ WEFT_CUDA_REQUIRE=1 WEFT_SHARED=$D/shared ./cuda.test -test.skip "TestBenchGGUF|
 echo "$(el) device tests rc=$?"
 grep -E "^(--- FAIL|FAIL|ok|PASS)|panic|    --- FAIL" "$OUT/test.log" | head -30
 echo "passed: $(grep -cE '^\s*--- PASS' "$OUT/test.log")"
+grep -E "matrices in .*worst KL" "$OUT/test.log" | sed 's/^ *model_test.go:[0-9]*: /trained: /'  # TestTrainedQuantizedAgainstCPU
 
 cd ../..
 for m in testdata/models/llama3-tiny testdata/models/quant/llama3-tiny-Q4_0.gguf testdata/models/quant/llama-256-Q4_K.gguf; do
@@ -62,4 +66,18 @@ for f in "$M"/llama*-Q4_0.gguf; do
     done
   done
 done
+
+# Prefill deep in a context, then the default (auto) backend from the CLI
+# and the server.
+for f in "$M"/llama*-Q4_0.gguf; do
+  ./weft bench -m "$f" -d 4096 -p 512 -n 0 -r 2 2>&1 | grep pp512 | sed "s|^|$(basename "$f") |"
+done
+S=shared/testdata/gguf-stories260K/stories260K.gguf
+./weft run -m $S -p "Once upon a time" -n 24 --temp 0 2>"$OUT/run.err"; echo; echo "run's stderr: $(cat "$OUT/run.err")"
+./weft serve -m $S --addr 127.0.0.1:8099 2>"$OUT/serve.err" & SERVE=$!; sleep 4
+python3 -c '
+import json, urllib.request
+req = urllib.request.Request("http://127.0.0.1:8099/v1/completions", data=json.dumps({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}).encode(), headers={"Content-Type": "application/json"})
+print("serve:", json.load(urllib.request.urlopen(req))["choices"][0]["text"])'
+kill $SERVE; wait $SERVE 2>/dev/null; grep -o 'backend=[^ ]*' "$OUT/serve.err" | head -1
 echo "$(el) all done"
