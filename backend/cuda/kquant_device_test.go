@@ -107,20 +107,7 @@ func kquantCases() []opCase {
 	// the chain moves some activations across a level.
 	for _, maxRows := range []int{5, 8} {
 		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8k/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: 3e-3,
-			build: func(b *progBuilder, out backend.BufID) {
-				x, xn, g, u, q, k, v, att := b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(256), b.buf(128), b.buf(128), b.buf(256)
-				for _, f := range []backend.BufID{x, u, k, v} {
-					b.fill(f, 1)
-				}
-				b.cache(128, 40)
-				b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
-				b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
-				b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
-				b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: g, W: b.mat("Q6_K", 256, 512, 0.5), Bias: backend.NoWeight})
-				b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
-				b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: att, A: q, NHeads: 8, NKV: 4, HeadDim: 32, Scale: 0.2})
-				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: att, W: b.mat("Q5_K", 64, 256, 0.5), Bias: backend.NoWeight})
-			}})
+			build: func(b *progBuilder, out backend.BufID) { kChain(b, out, 40) }})
 	}
 	for _, typ := range []string{"Q5_0", "Q4_1", "Q2_K", "Q3_K", "IQ4_XS"} {
 		cases = append(cases,

@@ -375,6 +375,25 @@ func TestPlanK(t *testing.T) {
 	}
 }
 
+// kChain adds to b, writing out (64 wide), a norm, a Q4_K product, a GLU,
+// a Q6_K product, the store and attention over a cache of the given
+// capacity, and a Q5_K product: the chain whose int8 producers quantize
+// per 256 for the K-quant products after them.
+func kChain(b *progBuilder, out backend.BufID, capacity int) {
+	x, xn, g, u, q, k, v, att := b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(256), b.buf(128), b.buf(128), b.buf(256)
+	for _, f := range []backend.BufID{x, u, k, v} {
+		b.fill(f, 1)
+	}
+	b.cache(128, capacity)
+	b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: g, W: b.mat("Q6_K", 256, 512, 0.5), Bias: backend.NoWeight})
+	b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
+	b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: att, A: q, NHeads: 8, NKV: 4, HeadDim: 32, Scale: 0.2})
+	b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: att, W: b.mat("Q5_K", 64, 256, 0.5), Bias: backend.NoWeight})
+}
+
 // TestPlanFusesQ8K checks that a norm and a GLU quantize their outputs
 // for the K-quant product after them (the cuBLAS path keeping the plain
 // kernels for large batches), and that attention, which cannot, leaves
@@ -382,18 +401,8 @@ func TestPlanK(t *testing.T) {
 func TestPlanFusesQ8K(t *testing.T) {
 	for _, gemm := range []bool{false, true} {
 		b := newProg(t, 1, 16, 1, 32, 64)
-		x, xn, g, u, q, k, v, att, out := b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(256), b.buf(128), b.buf(128), b.buf(256), b.buf(64)
-		for _, f := range []backend.BufID{x, u, k, v} {
-			b.fill(f, 1)
-		}
-		b.cache(128, 32)
-		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
-		b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: g, W: b.mat("Q6_K", 256, 512, 0.5), Bias: backend.NoWeight})
-		b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
-		b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: att, A: q, NHeads: 8, NKV: 4, HeadDim: 32, Scale: 0.2})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: att, W: b.mat("Q5_K", 64, 256, 0.5), Bias: backend.NoWeight})
+		out := b.buf(64)
+		kChain(b, out, 32)
 		b.p.Logits = out
 		pl, err := plan(b.p, planOptions{gemm: gemm})
 		if err != nil {
