@@ -89,18 +89,20 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 // attention_split is decode attention split over positions (flash-
 // decoding), so that a long context is read by many blocks at once and
 // each key and value of a kv head is read once for all its query heads.
-// Grid (nkv·S, rows), AS_WARPS warps a block. Block (kvh, s) of row r
-// takes the s-th of S equal runs of the row's visible positions (whole
-// tiles of kt ≤ 32 keys), loads them a tile at a time into shared memory
-// (keys [kt][hd+4], values [kt][hd]) and runs an online softmax for each
-// query head of kvh (warp w takes heads w, w+AS_WARPS, ...; lane j scores
-// key j of the tile, then owns dims j, j+32, ... of the output). Each
-// head's partial result (acc[hd], max, sum) goes to part [rows, nheads, S,
-// hd+2]; the last block of (r, kvh) to finish (count, reset by it for the
-// next launch) merges the S partials in order s = 0, 1, ..., so the sum
-// does not depend on which block finished last, and writes out (and, with
-// qa set, the int8 rows as quantize_q8 would). Needs hd % 4 == 0, hd <=
-// 32·AS_ND, nheads/nkv <= AS_WARPS·AS_HPW and S <= AS_MAXS.
+// Grid (nkv·S, rows), AS_WARPS warps a block. A row of n visible
+// positions uses ns = min(S, ceil(n / keys)) runs of whole tiles of kt ≤
+// 32 keys (blocks s >= ns return at once, so a short context costs what
+// its length needs whatever the plan's S). Block (kvh, s) loads its run a
+// tile at a time into shared memory (keys [kt][hd+4], values [kt][hd])
+// and runs an online softmax for each query head of kvh (warp w takes
+// heads w, w+AS_WARPS, ...; lane j scores key j of the tile, then owns
+// dims j, j+32, ... of the output). Each head's partial result (acc[hd],
+// max, sum) goes to part [rows, nheads, S, hd+2]; the last of the ns
+// blocks of (r, kvh) to finish (count, reset by it for the next launch)
+// merges the partials in order s = 0, 1, ..., so the sum does not depend
+// on which block finished last, and writes out (and, with qa set, the
+// int8 rows as quantize_q8 would). Needs hd % 4 == 0, hd <= 32·AS_ND,
+// nheads/nkv <= AS_WARPS·AS_HPW and S <= AS_MAXS.
 #define AS_WARPS 4
 #define AS_HPW 4
 #define AS_ND 8
@@ -109,7 +111,7 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
-    float* part, int* count, int S, int kt) {
+    float* part, int* count, int S, int kt, int keys) {
     pdl();
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
@@ -122,8 +124,11 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     float* Vs = Ks + kt * hdp; // [kt][hd]
     float* Qs = Vs + kt * hd;  // [G][hd]
     float* Ws = Qs + G * hd;   // [AS_WARPS][AS_MAXS]: merge weights
-    int p = pos[r], first = window > 0 ? max(0, p - window + 1) : 0;
-    int chunk = ((p - first + S) / S + kt - 1) / kt * kt;
+    int p = pos[r], first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
+    int ns = min(S, (n + keys - 1) / keys);
+    int chunk = ((n + ns - 1) / ns + kt - 1) / kt * kt;
+    ns = (n + chunk - 1) / chunk;
+    if (s >= ns) return;
     int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
     u64 base = (u64)slots[r] * cap * kvdim + (u64)kvh * hd;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
@@ -201,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     __syncthreads();
     if (tid == 0) {
         int* c = count + (u64)r * nkv + kvh;
-        last = atomicAdd(c, 1) == S - 1;
+        last = atomicAdd(c, 1) == ns - 1;
         if (last) *c = 0;
     }
     __syncthreads();
@@ -210,20 +215,27 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     float* wts = Ws + warp * AS_MAXS;
     for (int g = warp; g < G; g += AS_WARPS) {
         const float* pp = part + ((u64)r * nheads + (u64)kvh * G + g) * S * (hd + 2);
-        // Position p is visible, so some partial has a finite max; one
-        // that saw no position has max -inf and weighs exp(-inf) = 0.
+        // Every run holds a visible position, so every partial has a
+        // finite max. Lane i takes partials i, i+32, ...; the sums over
+        // lanes run in a fixed order.
         float M = NEG_INF;
-        for (int i = 0; i < S; i++) M = fmaxf(M, __ldcg(pp + i * (hd + 2) + hd));
-        for (int i = lane; i < S; i += 32) wts[i] = expf(__ldcg(pp + i * (hd + 2) + hd) - M);
-        __syncwarp();
+        for (int i = lane; i < ns; i += 32) M = fmaxf(M, __ldcg(pp + i * (hd + 2) + hd));
+        M = warp_max(M);
         float L = 0.f;
-        for (int i = 0; i < S; i++) L += __ldcg(pp + i * (hd + 2) + hd + 1) * wts[i];
+        for (int i = lane; i < ns; i += 32) {
+            float w = expf(__ldcg(pp + i * (hd + 2) + hd) - M);
+            wts[i] = w;
+            L += __ldcg(pp + i * (hd + 2) + hd + 1) * w;
+        }
+        L = warp_sum(L);
+        __syncwarp();
         u64 ob = ((u64)r * nheads + (u64)kvh * G + g) * hd;
         for (int d0 = 0; d0 < hd; d0 += 32) {
             int d = d0 + lane;
             float v = 0.f;
             if (d < hd) {
-                for (int i = 0; i < S; i++) v += __ldcg(pp + i * (hd + 2) + d) * wts[i];
+#pragma unroll 8
+                for (int i = 0; i < ns; i++) v += __ldcg(pp + i * (hd + 2) + d) * wts[i];
                 v /= L;
                 out[ob + d] = v;
             }

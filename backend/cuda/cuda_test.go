@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"cmp"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -322,7 +324,7 @@ func TestPlanMMQ(t *testing.T) {
 	}
 	for _, c := range pl.calls {
 		switch {
-		case c.kernel == "attention_split" && c.args[len(c.args)-6] != scratch(scratchQ8):
+		case c.kernel == "attention_split" && c.args[len(c.args)-7] != scratch(scratchQ8):
 			t.Errorf("the decode attention does not quantize its output: %+v", c.args)
 		case c.op == 7 && c.args[1] != buf(x):
 			t.Errorf("%s of the output product adds to %+v, want buffer %d", c.kernel, c.args[1], x)
@@ -543,8 +545,12 @@ func TestPlanSplitAttention(t *testing.T) {
 			}
 			if c.kernel == "attention_split" {
 				n := len(c.args)
-				if c.args[n-2] != i32(int(tc.splits)) || c.args[n-1] != i32(int(tc.kt)) || c.gridX != uint32(tc.kv)*uint32(tc.splits) {
-					t.Errorf("%s: splits %+v, tile %+v, grid %d; want %d splits of %d-key tiles", tc.name, c.args[n-2], c.args[n-1], c.gridX, tc.splits, tc.kt)
+				if c.args[n-3] != i32(int(tc.splits)) || c.args[n-2] != i32(int(tc.kt)) || c.gridX != uint32(tc.kv)*uint32(tc.splits) {
+					t.Errorf("%s: splits %+v, tile %+v, grid %d; want %d splits of %d-key tiles", tc.name, c.args[n-3], c.args[n-2], c.gridX, tc.splits, tc.kt)
+				}
+				keys := cmp.Or(tc.keys, attSplitKeys)
+				if c.args[n-1] != i32(keys) {
+					t.Errorf("%s: runs of %+v positions, want %d", tc.name, c.args[n-1], keys)
 				}
 				if want := int64(4 * smallRows * tc.heads * int(tc.splits) * (tc.hd + 2)); pl.scratch[scratchAttnPart] != want {
 					t.Errorf("%s: partials %d bytes, want %d", tc.name, pl.scratch[scratchAttnPart], want)
@@ -553,6 +559,29 @@ func TestPlanSplitAttention(t *testing.T) {
 		}
 		if got := append(sk, lk...); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: kernels %v (small) %v (large), want %v", tc.name, sk, lk, tc.want)
+		}
+	}
+}
+
+// TestGeometryMatchesSource checks the plan's copies of the kernels'
+// geometry against the #defines of the kernel source: a launch with the
+// wrong block size runs without error and computes part of its output.
+func TestGeometryMatchesSource(t *testing.T) {
+	defines := map[string]int{}
+	for _, line := range strings.Split(kernelSource, "\n") {
+		var name string
+		var v int
+		if n, _ := fmt.Sscanf(line, "#define %s %d", &name, &v); n == 2 {
+			defines[name] = v
+		}
+	}
+	for name, want := range map[string]int{
+		"MV_WARPS": mvWarps, "GLU_ROWS": gluRows, "GLU_WARPS": gluWarps, "MVR": smallRows, "MAXD": maxHeadDim,
+		"AT_ROWS": attTileRows, "AT_KT": attTileKeys, "AT_WARPS": attTileWarps, "AS_WARPS": attSplitWarps,
+		"AS_MAXS": attSplitMax, "MQ_W": mmqWeightRows, "DRAW_THREADS": drawThreads,
+	} {
+		if got, ok := defines[name]; !ok || got != want {
+			t.Errorf("kernel source defines %s = %d (found %v), the plan uses %d", name, got, ok, want)
 		}
 	}
 }

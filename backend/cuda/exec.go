@@ -6,7 +6,9 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/weftlm/weft/backend"
@@ -92,6 +94,19 @@ func attentionSplitKeys() int {
 	return splitKeys
 }
 
+// omitCalls drops the launches whose kernel name starts with one of the
+// comma-separated prefixes in omit (WEFT_CUDA_OMIT): a measuring aid that
+// times a decode step without a kernel class. The results are then wrong.
+func omitCalls(calls []call, omit string) []call {
+	if omit == "" {
+		return calls
+	}
+	prefixes := strings.Split(omit, ",")
+	return slices.DeleteFunc(calls, func(c call) bool {
+		return slices.ContainsFunc(prefixes, func(p string) bool { return p != "" && strings.HasPrefix(c.kernel, p) })
+	})
+}
+
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys(),
@@ -99,6 +114,7 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	if err != nil {
 		return nil, err
 	}
+	pl.calls = omitCalls(pl.calls, os.Getenv("WEFT_CUDA_OMIT"))
 	defer runtime.UnlockOSThread()
 	if err := b.current(); err != nil {
 		return nil, err

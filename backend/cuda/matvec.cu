@@ -59,27 +59,33 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 // lane keeps MV_BATCH 16-byte loads in flight.
 #define MV_BATCH 4
 
-// mvq_dot: this thread's part of M rows of int8 activations against a
-// Q8_0 or Q4_0 row, B chunks in flight. A chunk is 16 bytes of quants: a
-// whole block (Q4_0; byte i holds elements i and i+16) or half a block
-// (Q8_0).
-template <int T, int M, int B>
-__device__ __forceinline__ void mvq_dot(float (&acc)[M], const signed char* qa, const float2* ds, const u8* row,
-                                        const u16* d, int r0, int K, bool live, int sub, int nsub) {
+// mvq_dot: this thread's part of M rows of int8 activations against NW
+// Q8_0 or Q4_0 rows of one shape (a gate and an up row: NW = 2), B chunks
+// of each in flight. A chunk is 16 bytes of quants: a whole block (Q4_0;
+// byte i holds elements i and i+16) or half a block (Q8_0). The
+// activations are loaded once for the NW rows.
+template <int T, int M, int B, int NW>
+__device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* qa, const float2* ds,
+                                        const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
+                                        bool live, int sub, int nsub) {
 #pragma unroll
-    for (int k = 0; k < M; k++) acc[k] = 0.f;
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int k = 0; k < M; k++) acc[w][k] = 0.f;
     int nb = K >> 5, nc = T == W_Q4_0 ? nb : K >> 4;
     if (live) {
         for (int c0 = sub; c0 < nc; c0 += B * nsub) {
-            uint4 q[B];
-            float dw[B];
+            uint4 q[NW][B];
+            float dw[NW][B];
 #pragma unroll
             for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
-                if (c < nc) {
-                    q[u] = ldw(row + (u64)c * 16);
-                    dw[u] = h2f(d[T == W_Q4_0 ? c : c >> 1]);
-                }
+                if (c < nc)
+#pragma unroll
+                    for (int w = 0; w < NW; w++) {
+                        q[w][u] = ldw(row[w] + (u64)c * 16);
+                        dw[w][u] = h2f(d[w][T == W_Q4_0 ? c : c >> 1]);
+                    }
             }
 #pragma unroll
             for (int u = 0; u < B; u++) {
@@ -90,33 +96,37 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[M], const signed char* qa, 
                     // nib_hi), so the block's integer sum Σ (n-8)·q is
                     // exact and scaled once by dw·da, as the CPU backend
                     // does.
-                    int lo[4] = {(int)nib_lo(q[u].x), (int)nib_lo(q[u].y), (int)nib_lo(q[u].z), (int)nib_lo(q[u].w)};
-                    int hi[4] = {(int)nib_hi(q[u].x), (int)nib_hi(q[u].y), (int)nib_hi(q[u].z), (int)nib_hi(q[u].w)};
 #pragma unroll
                     for (int k = 0; k < M; k++) {
                         const int4* x = (const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 32);
                         int4 x0 = x[0], x1 = x[1];
                         float da = ds[(u64)(r0 + k) * nb + c].x;
-                        int dot = dp4a(lo[0], x0.x, 0);
-                        dot = dp4a(lo[1], x0.y, dot);
-                        dot = dp4a(lo[2], x0.z, dot);
-                        dot = dp4a(lo[3], x0.w, dot);
-                        dot = dp4a(hi[0], x1.x, dot);
-                        dot = dp4a(hi[1], x1.y, dot);
-                        dot = dp4a(hi[2], x1.z, dot);
-                        dot = dp4a(hi[3], x1.w, dot);
-                        acc[k] += dw[u] * da * (float)dot;
+#pragma unroll
+                        for (int w = 0; w < NW; w++) {
+                            int dot = dp4a((int)nib_lo(q[w][u].x), x0.x, 0);
+                            dot = dp4a((int)nib_lo(q[w][u].y), x0.y, dot);
+                            dot = dp4a((int)nib_lo(q[w][u].z), x0.z, dot);
+                            dot = dp4a((int)nib_lo(q[w][u].w), x0.w, dot);
+                            dot = dp4a((int)nib_hi(q[w][u].x), x1.x, dot);
+                            dot = dp4a((int)nib_hi(q[w][u].y), x1.y, dot);
+                            dot = dp4a((int)nib_hi(q[w][u].z), x1.z, dot);
+                            dot = dp4a((int)nib_hi(q[w][u].w), x1.w, dot);
+                            acc[w][k] += dw[w][u] * da * (float)dot;
+                        }
                     }
                 } else {
 #pragma unroll
                     for (int k = 0; k < M; k++) {
                         int4 x = *(const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 16);
                         float da = ds[(u64)(r0 + k) * nb + (c >> 1)].x;
-                        int dot = dp4a((int)q[u].x, x.x, 0);
-                        dot = dp4a((int)q[u].y, x.y, dot);
-                        dot = dp4a((int)q[u].z, x.z, dot);
-                        dot = dp4a((int)q[u].w, x.w, dot);
-                        acc[k] += dw[u] * da * (float)dot;
+#pragma unroll
+                        for (int w = 0; w < NW; w++) {
+                            int dot = dp4a((int)q[w][u].x, x.x, 0);
+                            dot = dp4a((int)q[w][u].y, x.y, dot);
+                            dot = dp4a((int)q[w][u].z, x.z, dot);
+                            dot = dp4a((int)q[w][u].w, x.w, dot);
+                            acc[w][k] += dw[w][u] * da * (float)dot;
+                        }
                     }
                 }
             }
@@ -124,75 +134,88 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[M], const signed char* qa, 
     }
 }
 
-// mvf_dot: this thread's part of M float32 activation rows against an
-// F32, F16 or BF16 row; 16-byte chunks (B in flight) when K allows (vec),
-// else one element per lane.
-template <int T, int M, int B>
-__device__ __forceinline__ void mvf_dot(float (&acc)[M], const float* a, const u8* row, int r0, int K, bool live,
-                                        int sub, int nsub, bool vec) {
+// mvf_dot: this thread's part of M float32 activation rows against NW
+// F32, F16 or BF16 rows of one shape; 16-byte chunks (B of each row in
+// flight) when K allows (vec), else one element per lane.
+template <int T, int M, int B, int NW>
+__device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, const u8* const (&row)[NW], int r0,
+                                        int K, bool live, int sub, int nsub, bool vec) {
 #pragma unroll
-    for (int k = 0; k < M; k++) acc[k] = 0.f;
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int k = 0; k < M; k++) acc[w][k] = 0.f;
     if (live && vec) {
         const int per = T == W_F32 ? 4 : 8; // elements in a chunk
         int nc = K / per;
         for (int c0 = sub; c0 < nc; c0 += B * nsub) {
-            uint4 q[B];
+            uint4 q[NW][B];
 #pragma unroll
             for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
-                if (c < nc) q[u] = ldw(row + (u64)c * 16);
+                if (c < nc)
+#pragma unroll
+                    for (int w = 0; w < NW; w++) q[w][u] = ldw(row[w] + (u64)c * 16);
             }
 #pragma unroll
             for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
                 if (c >= nc) continue;
-                u32 p[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
-                float w[8];
+                float wv[NW][8];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    if constexpr (T == W_F32) {
-                        w[e] = __uint_as_float(p[e]);
-                    } else if constexpr (T == W_F16) {
-                        w[2 * e] = h2f((u16)(p[e] & 0xffff));
-                        w[2 * e + 1] = h2f((u16)(p[e] >> 16));
-                    } else {
-                        w[2 * e] = __uint_as_float(p[e] << 16);
-                        w[2 * e + 1] = __uint_as_float(p[e] & 0xffff0000u);
+                for (int w = 0; w < NW; w++) {
+                    u32 p[4] = {q[w][u].x, q[w][u].y, q[w][u].z, q[w][u].w};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        if constexpr (T == W_F32) {
+                            wv[w][e] = __uint_as_float(p[e]);
+                        } else if constexpr (T == W_F16) {
+                            wv[w][2 * e] = h2f((u16)(p[e] & 0xffff));
+                            wv[w][2 * e + 1] = h2f((u16)(p[e] >> 16));
+                        } else {
+                            wv[w][2 * e] = __uint_as_float(p[e] << 16);
+                            wv[w][2 * e + 1] = __uint_as_float(p[e] & 0xffff0000u);
+                        }
                     }
                 }
 #pragma unroll
                 for (int k = 0; k < M; k++) {
                     const float4* x = (const float4*)(a + (u64)(r0 + k) * K + (u64)c * per);
-                    float4 x0 = x[0];
-                    float v = w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w;
-                    if constexpr (T != W_F32) {
-                        float4 x1 = x[1];
-                        v += w[4] * x1.x + w[5] * x1.y + w[6] * x1.z + w[7] * x1.w;
+                    float4 x0 = x[0], x1;
+                    if constexpr (T != W_F32) x1 = x[1];
+#pragma unroll
+                    for (int w = 0; w < NW; w++) {
+                        float v = wv[w][0] * x0.x + wv[w][1] * x0.y + wv[w][2] * x0.z + wv[w][3] * x0.w;
+                        if constexpr (T != W_F32) v += wv[w][4] * x1.x + wv[w][5] * x1.y + wv[w][6] * x1.z + wv[w][7] * x1.w;
+                        acc[w][k] += v;
                     }
-                    acc[k] += v;
                 }
             }
         }
     } else if (live) {
         for (int i = sub; i < K; i += nsub) {
-            float w = deq<T>(row, 0, i);
 #pragma unroll
-            for (int k = 0; k < M; k++) acc[k] += w * a[(u64)(r0 + k) * K + i];
+            for (int w = 0; w < NW; w++) {
+                float wi = deq<T>(row[w], 0, i);
+#pragma unroll
+                for (int k = 0; k < M; k++) acc[w][k] += wi * a[(u64)(r0 + k) * K + i];
+            }
         }
     }
 }
 
 // mv_dot is this thread's part of the products of M activation rows (x
 // from row r0: int8 with block scales ds for Q8_0 and Q4_0, else float32)
-// with one weight row (its scales at d), B chunks in flight.
-template <int T, int M, int B>
-__device__ __forceinline__ void mv_dot(float (&acc)[M], const void* x, const float2* ds, const u8* row, const u16* d,
-                                       int r0, int K, bool live, int sub, int nsub) {
+// with NW weight rows of one shape (their scales at d), B chunks of each
+// in flight.
+template <int T, int M, int B, int NW>
+__device__ __forceinline__ void mv_dot(float (&acc)[NW][M], const void* x, const float2* ds,
+                                       const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
+                                       bool live, int sub, int nsub) {
     if constexpr (T == W_Q8_0 || T == W_Q4_0)
-        mvq_dot<T, M, B>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub);
+        mvq_dot<T, M, B, NW>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub);
     else
-        mvf_dot<T, M, B>(acc, (const float*)x, row, r0, K, live, sub, nsub,
-                         T == W_F32 ? (K & 3) == 0 : (K & 7) == 0);
+        mvf_dot<T, M, B, NW>(acc, (const float*)x, row, r0, K, live, sub, nsub,
+                             T == W_F32 ? (K & 3) == 0 : (K & 7) == 0);
 }
 
 // mv_pass: M activation rows against one weight row, the results written.
@@ -200,9 +223,11 @@ template <int T, int M, int B>
 __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x, const float2* ds, const u8* row,
                                         const u16* d, const float* bias, int r0, int K, int N, int j, bool live,
                                         int sub, int nsub, int wpr, int lpr) {
-    float acc[M];
-    mv_dot<T, M, B>(acc, x, ds, row, d, r0, K, live, sub, nsub);
-    mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr);
+    float acc[1][M];
+    const u8* rows[1] = {row};
+    const u16* ds1[1] = {d};
+    mv_dot<T, M, B, 1>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub);
+    mv_reduce<M>(acc[0], out, resid, bias, r0, j, N, live, wpr, lpr);
 }
 
 // mv_group computes output rows [g*rpb, g*rpb+rpb) of one weight for the
@@ -276,39 +301,48 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
 }
 
 // GLU_ROWS output rows of a GLU block: one int8 block of the down
-// product's input. Each warp takes GLU_ROWS/MV_WARPS rows, 4 lanes a row.
+// product's input. The block's GLU_WARPS warps take its rows a warp (or,
+// for rows of at most 64 chunks, half a warp) a row, gate and up together.
 #define GLU_ROWS 32
-#define GLU_LANES 4
+#define GLU_WARPS 8
 
-// glu_pass: M activation rows against the gate and up rows j, then the
-// block's GLU_ROWS results through shared memory, so that each warp
-// writes (and quantizes, with qo set) one activation row's block.
+// glu_pass: M activation rows against the gate and up rows of group g,
+// then the block's GLU_ROWS results through shared memory, so that each
+// warp writes (and quantizes, with qo set) one activation row's block.
 template <int T, int M, int B>
 __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, signed char* qo, float2* dso,
-                                         const void* x, const float2* ds, const u8* rg, const u16* dg, const u8* ru,
-                                         const u16* du, int r0, int K, int N, int g, int j, bool live, int act) {
+                                         const void* x, const float2* ds, const u8* wg, const u8* wu,
+                                         long long rowBytes, long long dOffG, long long dOffU, int r0, int K, int N,
+                                         int g, int lpr, int act) {
     __shared__ float res[MVR][GLU_ROWS];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & (GLU_LANES - 1);
-    float ag[M], au[M];
-    mv_dot<T, M, B>(ag, x, ds, rg, dg, r0, K, live, sub, GLU_LANES);
-    mv_dot<T, M, B>(au, x, ds, ru, du, r0, K, live, sub, GLU_LANES);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & (lpr - 1);
+    int rpw = 32 / lpr, per = GLU_WARPS * rpw; // rows a warp, rows a pass of the block
+    for (int lr0 = 0; lr0 < GLU_ROWS; lr0 += per) {
+        int lr = lr0 + warp * rpw + lane / lpr, j = g * GLU_ROWS + lr;
+        bool live = j < N;
+        u64 jr = live ? j : 0;
+        const u8* rows[2] = {wg + jr * rowBytes, wu + jr * rowBytes};
+        const u16* sc[2] = {(const u16*)(wg + dOffG) + jr * (K >> 5), (const u16*)(wu + dOffU) + jr * (K >> 5)};
+        float a[2][M];
+        mv_dot<T, M, B, 2>(a, x, ds, rows, sc, r0, K, live, sub, lpr);
 #pragma unroll
-    for (int k = 0; k < M; k++)
-        for (int o = GLU_LANES >> 1; o > 0; o >>= 1) {
-            ag[k] += __shfl_xor_sync(0xffffffffu, ag[k], o);
-            au[k] += __shfl_xor_sync(0xffffffffu, au[k], o);
-        }
-    if (live && sub == 0)
+        for (int k = 0; k < M; k++)
+            for (int o = lpr >> 1; o > 0; o >>= 1) {
+                a[0][k] += __shfl_xor_sync(0xffffffffu, a[0][k], o);
+                a[1][k] += __shfl_xor_sync(0xffffffffu, a[1][k], o);
+            }
+        if (live && sub == 0)
 #pragma unroll
-        for (int k = 0; k < M; k++) {
-            u64 at = (u64)(r0 + k) * N + j;
-            res[k][j - g * GLU_ROWS] = glu_value(ag[k], au[k], act);
-            if (gout) gout[at] = ag[k];
-            if (uout) uout[at] = au[k];
-        }
+            for (int k = 0; k < M; k++) {
+                u64 at = (u64)(r0 + k) * N + j;
+                res[k][lr] = glu_value(a[0][k], a[1][k], act);
+                if (gout) gout[at] = a[0][k];
+                if (uout) uout[at] = a[1][k];
+            }
+    }
     __syncthreads();
     int i = g * GLU_ROWS + lane;
-    for (int k = warp; k < M; k += MV_WARPS) {
+    for (int k = warp; k < M; k += GLU_WARPS) {
         float v = i < N ? res[k][lane] : 0.f;
         u64 at = (u64)(r0 + k) * N + i;
         if (i < N) out[at] = v;
@@ -322,28 +356,24 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
 // act(Wg[j] · x[r]) * (Wu[j] · x[r]). The products are also written to
 // gout and uout where those are set (their own buffers), and with qo set
 // (N a multiple of 32) the GLU is quantized as quantize_q8 does for the
-// down product. A block covers GLU_ROWS rows (one int8 block).
+// down product. A block covers GLU_ROWS rows (one int8 block) at a time.
 template <int T, int MAXM, int B>
 __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x,
                            const float2* ds, const u8* wg, const u8* wu, long long rowBytes, long long dOffG,
                            long long dOffU, const int* meta, int which, int K, int N, int act) {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int n = meta[which], groups = (N + GLU_ROWS - 1) / GLU_ROWS;
+    int chunks = T == W_Q4_0 ? K >> 5 : T == W_Q8_0 ? K >> 4 : T == W_F32 ? K >> 2 : K >> 3;
+    int lpr = chunks <= 64 ? 16 : 32;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-        int j = g * GLU_ROWS + warp * (GLU_ROWS / MV_WARPS) + lane / GLU_LANES;
-        bool live = j < N;
-        u64 jr = live ? j : 0;
-        const u8 *rg = wg + jr * rowBytes, *ru = wu + jr * rowBytes;
-        const u16 *dg = (const u16*)(wg + dOffG) + jr * (K >> 5), *du = (const u16*)(wu + dOffU) + jr * (K >> 5);
         if constexpr (MAXM == 1) {
-            glu_pass<T, 1, B>(out, gout, uout, qo, dso, x, ds, rg, dg, ru, du, 0, K, N, g, j, live, act);
+            glu_pass<T, 1, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, 0, K, N, g, lpr, act);
             continue;
         }
         for (int r0 = 0; r0 < n; r0 += MVR) {
             int m = min(MVR, n - r0);
-#define GLU_CASE(M)                                                                                       \
-    case M:                                                                                               \
-        glu_pass<T, M, B>(out, gout, uout, qo, dso, x, ds, rg, dg, ru, du, r0, K, N, g, j, live, act); \
+#define GLU_CASE(M)                                                                                            \
+    case M:                                                                                                    \
+        glu_pass<T, M, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, r0, K, N, g, lpr, act); \
         break;
             switch (m) {
                 GLU_CASE(1)
@@ -405,7 +435,7 @@ MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
 MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
 
 #define MATVEC_GLU(name, T, MAXM, B)                                                                               \
-    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
+    extern "C" __global__ void __launch_bounds__(32 * GLU_WARPS, MV_BLOCKS_PER_SM * MV_WARPS / GLU_WARPS)          \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \

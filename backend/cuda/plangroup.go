@@ -100,8 +100,12 @@ func planGroup(p *backend.Program, pl *planned, st *planState, i, n int, opt pla
 	return calls, nil
 }
 
-// gluRows is matvec.cu's GLU_ROWS: the outputs of a GLU block.
-const gluRows = 32
+// gluRows and gluWarps are matvec.cu's GLU_ROWS and GLU_WARPS: the
+// outputs of a GLU block at a time, and its warps.
+const (
+	gluRows  = 32
+	gluWarps = 8
+)
 
 // gluFusable reports whether ops i, i+1 and i+2 are the products of one
 // input by a gate and an up weight of one type and shape, without biases,
@@ -196,7 +200,7 @@ func planGLU(p *backend.Program, pl *planned, st *planState, i int, opt planOpti
 	}
 	groups := (mg.rows + gluRows - 1) / gluRows
 	calls = append(calls, call{op: i, kernel: "matvec_glu_" + weightTypes[mg.typ], gridX: uint32(min(groups, mvGridPerSM*opt.sms)), gridY: gridOne,
-		block: 32 * mvWarps, which: which, cond: mvCond,
+		block: 32 * gluWarps, which: which, cond: mvCond,
 		args: []arg{buf(glu.Out), gout, uout, qo, dso, x, ds, weight(gate.W), weight(up.W), i64(mg.rowBytes), i64(int(mg.dOff)),
 			i64(int(pl.mats[up.W].dOff)), metaField(-1, p.MaxRows), i32(which), i32(mg.cols), i32(mg.rows), i32(glu.Act)}})
 	return calls, nil

@@ -241,9 +241,11 @@ func planAttention(p *backend.Program, pl *planned, st *planState, op *backend.O
 
 // planSplitAttention returns the flash-decoding launch (attention_split)
 // of op for batches of up to smallRows rows, or false where its head size
-// and query heads per kv head do not suit it (or opt.splitKeys < 0). The splits: one per
-// opt.splitKeys positions of the cache (at least one, at most
-// attSplitMax), so a full cache gives each block about splitKeys keys.
+// and query heads per kv head do not suit it (or opt.splitKeys < 0). The
+// grid has a block per opt.splitKeys positions of the cache (at least one,
+// at most attSplitMax) and kv head; a row uses one per splitKeys positions
+// it sees, so a full cache gives each block about splitKeys keys and a
+// short one leaves the rest idle.
 func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacity int, opt planOptions, args []arg) (call, bool) {
 	hd, g := op.HeadDim, op.NHeads/op.NKV
 	if opt.splitKeys < 0 || hd%4 != 0 || hd > attSplitMaxDim || g > attSplitMaxGroup {
@@ -267,7 +269,7 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	pl.need(scratchAttnCount, 4*rows*op.NKV)
 	return call{kernel: "attention_split", gridX: uint32(op.NKV * splits), gridY: gridAll, block: 32 * attSplitWarps,
 		shared: uint32(smem(kt)), which: metaRows,
-		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt))}, true
+		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt), i32(keys))}, true
 }
 
 // ropeStoreFusable reports whether rope of q, rope of k and the store of

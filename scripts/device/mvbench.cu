@@ -1,0 +1,265 @@
+// mvbench: one-row Q4_0 matrix-vector products at Llama shapes, as a
+// chain of launches over distinct weights (more bytes than L2 holds) in a
+// CUDA graph with programmatic dependent launch, to compare kernel designs
+// before they go into the engine. Build and run on the device:
+//   nvcc -O3 -arch=sm_90a -o mvbench mvbench.cu && ./mvbench
+// Reports each variant's time a launch and GB/s over the weight bytes.
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <vector>
+#include <algorithm>
+#include <cuda_runtime.h>
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+
+__device__ __forceinline__ float h2f(u16 h) { float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ int dp4a(int a, int b, int c) { int d; asm("{ dp4a.s32.s32 %0, %1, %2, %3; }" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d; }
+__device__ __forceinline__ u32 nib_lo(u32 v) { return ((v & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
+__device__ __forceinline__ u32 nib_hi(u32 v) { return (((v >> 4) & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
+__device__ __forceinline__ float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
+__device__ __forceinline__ uint4 ldw(const u8* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+__device__ __forceinline__ int q4dot(uint4 q, const int4* x) {
+    int4 x0 = x[0], x1 = x[1];
+    int dot = dp4a((int)nib_lo(q.x), x0.x, 0);
+    dot = dp4a((int)nib_lo(q.y), x0.y, dot);
+    dot = dp4a((int)nib_lo(q.z), x0.z, dot);
+    dot = dp4a((int)nib_lo(q.w), x0.w, dot);
+    dot = dp4a((int)nib_hi(q.x), x1.x, dot);
+    dot = dp4a((int)nib_hi(q.y), x1.y, dot);
+    dot = dp4a((int)nib_hi(q.z), x1.z, dot);
+    dot = dp4a((int)nib_hi(q.w), x1.w, dot);
+    return dot;
+}
+
+// ---- variant "reg": the engine's kernel (warp or half warp a row, B loads in flight a lane) ----
+// PF 0: nothing before the dependency wait; 1: the block's first group of
+// rows prefetched into L2 by one bulk prefetch; 2: each lane's first B
+// chunks loaded into registers.
+template <int B, int PF>
+__global__ void __launch_bounds__(128) mv_reg(float* out, const signed char* qa, const float* da, const u8* w, int K, int N, int rpb) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int lpr = rpb > 4 ? 128 / rpb : 32, wpr = rpb >= 4 ? 1 : 4 / rpb;
+    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
+    int nc = K >> 5, groups = (N + rpb - 1) / rpb;
+    u64 rowBytes = K / 2, dOff = (u64)N * rowBytes;
+    __shared__ float part[4];
+    uint4 q[B];
+    float dw[B];
+    int g = blockIdx.x;
+    if (PF == 1 && threadIdx.x == 0 && g < groups) {
+        int r0 = g * rpb, n = min(rpb, N - r0);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (u64)r0 * rowBytes), "r"((u32)(n * rowBytes)) : "memory");
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + dOff + (u64)r0 * nc * 2), "r"((u32)(n * nc * 2)) : "memory");
+    }
+    bool pre = false;
+    if (PF == 2 && g < groups) {
+        int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+        if (j < N) {
+            const u8* row = w + (u64)j * rowBytes;
+            const u16* d = (const u16*)(w + dOff) + (u64)j * nc;
+#pragma unroll
+            for (int u = 0; u < B; u++) {
+                int c = sub + u * nsub;
+                if (c < nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
+            }
+            pre = true;
+        }
+    }
+    pdl_wait();
+    pdl_launch();
+    for (; g < groups; g += gridDim.x) {
+        int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+        bool live = j < N;
+        const u8* row = w + (u64)(live ? j : 0) * rowBytes;
+        const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * nc;
+        float acc = 0.f;
+        if (live)
+            for (int c0 = sub; c0 < nc; c0 += B * nsub) {
+                if (!pre) {
+#pragma unroll
+                    for (int u = 0; u < B; u++) {
+                        int c = c0 + u * nsub;
+                        if (c < nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
+                    }
+                }
+                pre = false;
+#pragma unroll
+                for (int u = 0; u < B; u++) {
+                    int c = c0 + u * nsub;
+                    if (c < nc) acc += dw[u] * da[c] * (float)q4dot(q[u], (const int4*)(qa + c * 32));
+                }
+            }
+        pre = false;
+        for (int o = lpr >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (wpr > 1) {
+            if (lane == 0) part[warp] = acc;
+            __syncthreads();
+            if (lane == 0 && warp % wpr == 0) { float s = 0; for (int x = 0; x < wpr; x++) s += part[warp + x]; acc = s; }
+            __syncthreads();
+        }
+        if (live && (lane & (lpr - 1)) == 0 && warp % wpr == 0) out[j] = acc;
+    }
+}
+
+// tiny stands for a norm: one block reads a row of K floats, sums its
+// squares and writes the row scaled, as int8 levels with a scale a 32.
+__global__ void __launch_bounds__(1024) tiny(signed char* qa, float* da, const float* x, const float* nw, int K) {
+    __shared__ float part[32];
+    float wv[16];
+    int n = 0;
+    for (int i = threadIdx.x; i < K && n < 16; i += 1024) wv[n++] = nw[i];
+    pdl_wait();
+    pdl_launch();
+    float s = 0.f;
+    for (int i = threadIdx.x; i < K; i += 1024) s += x[i] * x[i];
+    s = warp_sum(s);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    s = warp_sum(part[threadIdx.x & 31]);
+    float r = rsqrtf(s / K + 1e-5f);
+    n = 0;
+    for (int i = threadIdx.x; i < K; i += 1024) {
+        float v = x[i] * r * wv[n++];
+        float m = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float dd = m / 127.f;
+        qa[i] = (signed char)__float2int_rn(dd > 0 ? v / dd : 0.f);
+        if ((threadIdx.x & 31) == 0) da[i >> 5] = dd;
+    }
+}
+
+// reference on the host
+static float h2f_host(u16 h) {
+    u32 s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023, f;
+    if (e == 0) { float v = m / 1024.f / 16384.f; return s ? -v : v; }
+    f = (s << 31) | ((e + 112) << 23) | (m << 13);
+    float v; memcpy(&v, &f, 4); return v;
+}
+
+struct Shape { const char* name; int N, K, copies; };
+
+int main() {
+    int dev = 0, sms;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    Shape shapes[] = {
+        {"1B qkv 3072x2048", 3072, 2048, 64}, {"1B o 2048x2048", 2048, 2048, 64}, {"1B gate+up 16384x2048", 16384, 2048, 16},
+        {"1B down 2048x8192", 2048, 8192, 32}, {"1B out 128256x2048", 128256, 2048, 2},
+        {"8B qkv 6144x4096", 6144, 4096, 16}, {"8B o 4096x4096", 4096, 4096, 16}, {"8B gate+up 28672x4096", 28672, 4096, 4},
+        {"8B down 4096x14336", 4096, 14336, 8}, {"8B out 128256x4096", 128256, 4096, 1},
+    };
+    srand(1);
+    printf("%-24s %-16s %9s %8s %9s\n", "shape", "variant", "us/launch", "GB/s", "maxrel");
+    for (auto& sh : shapes) {
+        int N = sh.N, K = sh.K, C = sh.copies;
+        u64 rowBytes = K / 2, bytes = (u64)N * (rowBytes + K / 16);
+        std::vector<u8> hw(bytes);
+        for (u64 i = 0; i < (u64)N * rowBytes; i++) hw[i] = rand() & 255;
+        for (u64 i = 0; i < (u64)N * K / 32; i++) { u16 h = 0x2000 | (rand() & 0x3ff); memcpy(&hw[N * rowBytes + 2 * i], &h, 2); }
+        std::vector<signed char> hq(K);
+        std::vector<float> hd(K / 32);
+        for (auto& v : hq) v = (signed char)((rand() % 255) - 127);
+        for (auto& v : hd) v = 0.01f * (1 + rand() % 100);
+        std::vector<double> ref(N);
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int c = 0; c < K / 32; c++) {
+                int dot = 0;
+                for (int e = 0; e < 32; e++) {
+                    u8 b = hw[j * rowBytes + c * 16 + (e & 15)];
+                    int n = e < 16 ? (b & 15) : (b >> 4);
+                    dot += (n - 8) * hq[c * 32 + e];
+                }
+                u16 h; memcpy(&h, &hw[N * rowBytes + 2 * ((u64)j * (K / 32) + c)], 2);
+                s += (double)h2f_host(h) * hd[c] * dot;
+            }
+            ref[j] = s;
+        }
+        std::vector<u8*> ws(C);
+        for (int i = 0; i < C; i++) { CK(cudaMalloc(&ws[i], bytes)); CK(cudaMemcpy(ws[i], hw.data(), bytes, cudaMemcpyHostToDevice)); }
+        signed char* qa; float *da, *out;
+        CK(cudaMalloc(&qa, K)); CK(cudaMalloc(&da, K / 8)); CK(cudaMalloc(&out, 4 * N));
+        CK(cudaMemcpy(qa, hq.data(), K, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(da, hd.data(), K / 8, cudaMemcpyHostToDevice));
+        cudaStream_t st; CK(cudaStreamCreate(&st));
+        const int reps = 64; // launches a graph
+        signed char* qa2; float *da2, *xf, *nw;
+        CK(cudaMalloc(&qa2, K)); CK(cudaMalloc(&da2, K / 8)); CK(cudaMalloc(&xf, 4 * K)); CK(cudaMalloc(&nw, 4 * K));
+        {
+            std::vector<float> hx(K);
+            for (auto& v : hx) v = (rand() % 1000) / 500.f - 1.f;
+            CK(cudaMemcpy(xf, hx.data(), 4 * K, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(nw, hx.data(), 4 * K, cudaMemcpyHostToDevice));
+        }
+        // run times a graph of reps launches (per launches a call of launch) and reports per call.
+        auto run = [&](const char* name, auto launch, int per) {
+            CK(cudaMemset(out, 0xff, 4 * N));
+            cudaGraph_t g; cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            for (int i = 0; i < reps / per; i++) launch(ws[i % C]);
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+            std::vector<float> got(N);
+            CK(cudaMemcpy(got.data(), out, 4 * N, cudaMemcpyDeviceToHost));
+            double num = 0, den = 0;
+            for (int j = 0; j < N; j++) { num += (got[j] - ref[j]) * (got[j] - ref[j]); den += ref[j] * ref[j]; }
+            cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+            std::vector<float> ts;
+            for (int r = 0; r < 15; r++) {
+                cudaEventRecord(e0, st); CK(cudaGraphLaunch(ge, st)); cudaEventRecord(e1, st); CK(cudaEventSynchronize(e1));
+                float ms; cudaEventElapsedTime(&ms, e0, e1); ts.push_back(ms);
+            }
+            std::sort(ts.begin(), ts.end());
+            double us = ts[ts.size() / 2] * 1e3 / (reps / per);
+            printf("%-24s %-16s %9.2f %8.0f %9.2g\n", sh.name, name, us, bytes / us / 1e3, sqrt(num / den));
+            cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+        };
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        auto cfg = [&](int grid, int block, size_t smem) {
+            cudaLaunchConfig_t c = {};
+            c.gridDim = grid; c.blockDim = block; c.dynamicSmemBytes = smem; c.stream = st; c.attrs = at; c.numAttrs = 1;
+            return c;
+        };
+        // the engine's choice of rows a block
+        int chunks = K / 32, rpb = (chunks <= 64 && N / 8 >= 2 * sms) ? 8 : N / 4 >= 2 * sms ? 4 : N / 2 >= 2 * sms ? 2 : 1;
+        int grid = std::min((N + rpb - 1) / rpb, 4 * sms);
+        auto prod = [&](int pf, u8* w) {
+            auto c = cfg(grid, 128, 0);
+            auto k = pf == 0 ? mv_reg<4, 0> : pf == 1 ? mv_reg<4, 1> : mv_reg<4, 2>;
+            CK(cudaLaunchKernelEx(&c, k, out, (const signed char*)qa, (const float*)da, (const u8*)w, K, N, rpb));
+        };
+        auto tin = [&]() {
+            auto c = cfg(1, 1024, 0);
+            CK(cudaLaunchKernelEx(&c, tiny, qa2, da2, (const float*)xf, (const float*)nw, K));
+        };
+        for (int pf = 0; pf < 3; pf++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "reg4 pf%d", pf);
+            run(nm, [&](u8* w) { prod(pf, w); }, 1);
+        }
+        run("tiny alone", [&](u8*) { tin(); }, 1);
+        for (int pf = 0; pf < 3; pf++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "tiny+reg4 pf%d", pf);
+            run(nm, [&](u8* w) { tin(); prod(pf, w); }, 2);
+        }
+        for (auto p : ws) cudaFree(p);
+        cudaFree(qa); cudaFree(da); cudaFree(qa2); cudaFree(da2); cudaFree(xf); cudaFree(nw); cudaFree(out); cudaStreamDestroy(st);
+    }
+    return 0;
+}
