@@ -116,7 +116,8 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
     int r = blockIdx.y;
-    if (r >= meta[0]) return;
+    int nrows = meta[0], p = pos[r], slot = slots[r]; // one round trip for the three
+    if (r >= nrows) return;
     int kvh = blockIdx.x / S, s = blockIdx.x % S;
     int G = nheads / nkv, hdp = hd + 4, kvdim = nkv * hd, hd4 = hd >> 2;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -124,13 +125,13 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     float* Vs = Ks + kt * hdp; // [kt][hd]
     float* Qs = Vs + kt * hd;  // [G][hd]
     float* Ws = Qs + G * hd;   // [AS_WARPS][AS_MAXS]: merge weights
-    int p = pos[r], first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
+    int first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
     int ns = min(S, (n + keys - 1) / keys);
     int chunk = ((n + ns - 1) / ns + kt - 1) / kt * kt;
     ns = (n + chunk - 1) / chunk;
     if (s >= ns) return;
     int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
-    u64 base = (u64)slots[r] * cap * kvdim + (u64)kvh * hd;
+    u64 base = (u64)slot * cap * kvdim + (u64)kvh * hd;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
     for (int i = tid; i < G * hd; i += blockDim.x) Qs[i] = qb[i];
 
@@ -186,6 +187,29 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
         }
     }
 
+    // A row that one block covers needs no merge: its output is acc / l,
+    // what the merge of one partial computes.
+    if (ns == 1) {
+#pragma unroll
+        for (int gi = 0; gi < AS_HPW; gi++) {
+            int g = warp + gi * AS_WARPS;
+            if (g >= G) break;
+            u64 ob = ((u64)r * nheads + (u64)kvh * G + g) * hd;
+#pragma unroll
+            for (int k = 0; k < AS_ND; k++) {
+                int d = lane + 32 * k;
+                if (32 * k >= hd) break;
+                float v = 0.f;
+                if (d < hd) {
+                    v = acc[gi][k] / l[gi];
+                    out[ob + d] = v;
+                }
+                if (qa) q8_store(v, qa + ob + d, ds + ((ob + d) >> 5), lane);
+            }
+        }
+        return;
+    }
+
     // This block's partials, then the merge by the last block of (r, kvh).
 #pragma unroll
     for (int gi = 0; gi < AS_HPW; gi++) {
@@ -218,14 +242,23 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
         // Every run holds a visible position, so every partial has a
         // finite max. Lane i takes partials i, i+32, ...; the sums over
         // lanes run in a fixed order.
-        float M = NEG_INF;
-        for (int i = lane; i < ns; i += 32) M = fmaxf(M, __ldcg(pp + i * (hd + 2) + hd));
+        float mi[AS_MAXS / 32], li[AS_MAXS / 32], M = NEG_INF, L = 0.f;
+#pragma unroll
+        for (int t = 0; t < AS_MAXS / 32; t++) {
+            int i = lane + 32 * t;
+            mi[t] = i < ns ? __ldcg(pp + i * (hd + 2) + hd) : NEG_INF;
+            li[t] = i < ns ? __ldcg(pp + i * (hd + 2) + hd + 1) : 0.f;
+            M = fmaxf(M, mi[t]);
+        }
         M = warp_max(M);
-        float L = 0.f;
-        for (int i = lane; i < ns; i += 32) {
-            float w = expf(__ldcg(pp + i * (hd + 2) + hd) - M);
-            wts[i] = w;
-            L += __ldcg(pp + i * (hd + 2) + hd + 1) * w;
+#pragma unroll
+        for (int t = 0; t < AS_MAXS / 32; t++) {
+            int i = lane + 32 * t;
+            if (i < ns) {
+                float w = expf(mi[t] - M);
+                wts[i] = w;
+                L += li[t] * w;
+            }
         }
         L = warp_sum(L);
         __syncwarp();

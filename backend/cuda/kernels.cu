@@ -251,17 +251,20 @@ extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w
         wv[t] = b < nb ? w[b * 32 + lane] : 0.f;
     }
     pdl();
+    // The row is loaded before the row count is known (rows past the
+    // batch are allocated), so the two loads overlap.
     int r = blockIdx.y;
-    if (r >= meta[which]) return;
     const float* x = a + (u64)r * cols;
     float* y = out + (u64)r * cols;
-    float ss = 0.f;
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) {
         int b = warp + t * nw;
         xv[t] = b < nb ? x[b * 32 + lane] : 0.f;
-        ss += xv[t] * xv[t];
     }
+    if (r >= meta[which]) return;
+    float ss = 0.f;
+#pragma unroll
+    for (int t = 0; t < NORM_HELD; t++) ss += xv[t] * xv[t];
     for (int b = warp + NORM_HELD * nw; b < nb; b += nw) ss += x[b * 32 + lane] * x[b * 32 + lane];
     ss = block_sum(ss);
     float inv = 1.f / sqrtf(ss / (float)cols + eps);
@@ -313,9 +316,10 @@ extern "C" __global__ void rope_store(float* q, float* k, const float* v, float*
                                       int half, int neox, int cap) {
     pdl();
     int h = blockIdx.x, r = blockIdx.y;
-    if (r >= meta[0]) return;
+    int n = meta[0], pr = pos[r]; // one round trip for both
+    if (r >= n) return;
     int kvdim = nkv * hd;
-    float p = (float)pos[r];
+    float p = (float)pr;
     float* x = h < nq ? q + (u64)r * nq * hd + h * hd : k + (u64)r * kvdim + (h - nq) * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float s, c;
