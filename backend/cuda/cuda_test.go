@@ -512,10 +512,10 @@ func TestPlanSplitAttention(t *testing.T) {
 		splits, kt             int32
 		keys                   int // planOptions.splitKeys
 	}{
-		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split", "attention_tiled_64"}, 16, 32, 0},
-		{"short", 8, 2, 64, 40, []string{"attention_split", "attention_tiled_64"}, 1, 32, 0},
+		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split", "attention_tiled_64"}, 32, 32, 0},
+		{"short", 8, 2, 64, 40, []string{"attention_split", "attention_tiled_64"}, 2, 32, 0},
 		{"long", 8, 2, 64, 100000, []string{"attention_split", "attention_tiled_64"}, attSplitMax, 32, 0},
-		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 4, 16, 0},
+		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0},
 		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0},
 		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0},
 		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0},

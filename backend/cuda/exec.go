@@ -94,6 +94,12 @@ func attentionSplitKeys() int {
 	return splitKeys
 }
 
+// envInt is the integer in environment variable name, or 0.
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
 // omitCalls drops the launches whose kernel name starts with one of the
 // comma-separated prefixes in omit (WEFT_CUDA_OMIT): a measuring aid that
 // times a decode step without a kernel class. The results are then wrong.
@@ -110,7 +116,7 @@ func omitCalls(calls []call, omit string) []call {
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys(),
-		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0"})
+		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", gluWarps: envInt("WEFT_CUDA_GLU_WARPS")})
 	if err != nil {
 		return nil, err
 	}

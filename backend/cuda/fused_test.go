@@ -329,3 +329,17 @@ func TestPlanGLUWithMMQ(t *testing.T) {
 		t.Errorf("large batches run the GLU at %d and the down mmq at %d: %v", glu, down, kernelsOf(pl, true))
 	}
 }
+
+func TestGLUBlockWarps(t *testing.T) {
+	for _, tc := range []struct{ groups, sms, force, want int }{
+		{256, 132, 0, 8}, // Llama-3.2-1B: 8192 rows, one wave of 8-warp blocks
+		{264, 132, 0, 8}, // exactly two blocks a multiprocessor
+		{448, 132, 0, 4}, // Llama-3-8B: 14336 rows, one wave of 4-warp blocks
+		{448, 132, 8, 8}, // WEFT_CUDA_GLU_WARPS=8
+		{10, 4, 16, 8},   // never more than the kernel's GLU_WARPS
+	} {
+		if got := gluBlockWarps(tc.groups, planOptions{sms: tc.sms, gluWarps: tc.force}); got != tc.want {
+			t.Errorf("%d groups on %d multiprocessors (forced %d): %d warps, want %d", tc.groups, tc.sms, tc.force, got, tc.want)
+		}
+	}
+}

@@ -301,8 +301,9 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
 }
 
 // GLU_ROWS output rows of a GLU block: one int8 block of the down
-// product's input. The block's GLU_WARPS warps take its rows a warp (or,
-// for rows of at most 64 chunks, half a warp) a row, gate and up together.
+// product's input. The block's warps (at most GLU_WARPS; the plan picks)
+// take its rows a warp (or, for rows of at most 64 chunks, half a warp) a
+// row, gate and up together.
 #define GLU_ROWS 32
 #define GLU_WARPS 8
 
@@ -316,7 +317,7 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
                                          int g, int lpr, int act) {
     __shared__ float res[MVR][GLU_ROWS];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & (lpr - 1);
-    int rpw = 32 / lpr, per = GLU_WARPS * rpw; // rows a warp, rows a pass of the block
+    int nw = blockDim.x >> 5, rpw = 32 / lpr, per = nw * rpw; // warps, rows a warp, rows a pass of the block
     for (int lr0 = 0; lr0 < GLU_ROWS; lr0 += per) {
         int lr = lr0 + warp * rpw + lane / lpr, j = g * GLU_ROWS + lr;
         bool live = j < N;
@@ -342,7 +343,7 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
     }
     __syncthreads();
     int i = g * GLU_ROWS + lane;
-    for (int k = warp; k < M; k += GLU_WARPS) {
+    for (int k = warp; k < M; k += nw) {
         float v = i < N ? res[k][lane] : 0.f;
         u64 at = (u64)(r0 + k) * N + i;
         if (i < N) out[at] = v;
@@ -447,9 +448,10 @@ MATVEC_GLU(matvec_glu_f16, W_F16, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_bf16, W_BF16, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_q8_0, W_Q8_0, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_q4_0, W_Q4_0, MVR, MV_BATCH)
-MATVEC_GLU(matvec1_glu_f32, W_F32, 1, MV_BATCH1)
-MATVEC_GLU(matvec1_glu_f16, W_F16, 1, MV_BATCH1)
-MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH1)
+// The one-row GLU kernels already keep 2·MV_BATCH loads in flight a lane.
+MATVEC_GLU(matvec1_glu_f32, W_F32, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_f16, W_F16, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH)
 
 // The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
 // activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),

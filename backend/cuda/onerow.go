@@ -7,8 +7,9 @@ import "strings"
 // registers of their widest pass. oneRow gives every matrix-vector launch
 // by float weights (F32, F16, BF16) of small batches a twin for batches of
 // one row: the kernel compiled for one row (matvec1_*, matvec13_*,
-// matvec1_glu_*), which keeps MV_BATCH1 loads in flight a lane, half a
-// warp a row where the launch still fills the device. On an H100 (same
+// matvec1_glu_*), which keeps MV_BATCH1 loads in flight a lane (the GLU
+// kernel MV_BATCH of each of its two rows), half a warp a row where the
+// launch still fills the device. On an H100 (same
 // run, WEFT_CUDA_ONEROW=0 against 1) that took BF16 tg128 from 566-569 to
 // 640-645 tok/s on the 1B shape and from 134 to 137 on the 8B; the same
 // twins of the Q4_0/Q8_0 kernels were 1-8 % slower (8B Q4_0 294 against

@@ -216,12 +216,15 @@ const (
 	// size (32·AS_ND) and query heads per kv head (AS_WARPS·AS_HPW), and
 	// the cache positions per split. About 64 splits a kv head was best
 	// on an H100 (tg64, 1B Q4_0 @ d4096: 64 positions a split 876 tok/s,
-	// 128 802, 32 777; @ d16384: 64 splits 524, 129 512, 256 456).
+	// 128 802, 32 777; @ d16384: 64 splits 524, 129 512, 256 456); below
+	// 64 splits, runs of 32 positions rather than 64 (a row uses one per
+	// 32 positions it sees) took tg128 from an empty cache from 1,162 to
+	// 1,226 tok/s (1B Q4_0) and 307.6 to 318.9 (8B Q4_0).
 	attSplitWarps    = 4
 	attSplitMax      = 64
 	attSplitMaxDim   = 256
 	attSplitMaxGroup = 16
-	attSplitKeys     = 64
+	attSplitKeys     = 32
 	// maxStaticShared is the dynamic shared memory a launch may take
 	// without opting in to more.
 	maxStaticShared = 48 << 10
@@ -243,6 +246,7 @@ type planOptions struct {
 	// split short caches.
 	splitKeys int
 	noOneRow  bool // no one-row twins (WEFT_CUDA_ONEROW=0)
+	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
 }
 
 // planned is a checked program: its launches, how each weight is stored

@@ -107,6 +107,21 @@ const (
 	gluWarps = 8
 )
 
+// gluBlockWarps is the warps of a matvec_glu block for a weight of groups
+// groups of gluRows rows: gluWarps where every block is resident at once
+// (two blocks of gluWarps warps a multiprocessor, as its launch bounds
+// allow), else half as many, so that up to twice the blocks run in one
+// wave rather than leaving a second wave part full.
+func gluBlockWarps(groups int, opt planOptions) int {
+	switch {
+	case opt.gluWarps > 0:
+		return min(opt.gluWarps, gluWarps)
+	case groups <= 2*opt.sms:
+		return gluWarps
+	}
+	return gluWarps / 2
+}
+
 // gluFusable reports whether ops i, i+1 and i+2 are the products of one
 // input by a gate and an up weight of one type and shape, without biases,
 // and the GLU of their outputs, so matvec_glu can do all three. Where the
@@ -200,7 +215,7 @@ func planGLU(p *backend.Program, pl *planned, st *planState, i int, opt planOpti
 	}
 	groups := (mg.rows + gluRows - 1) / gluRows
 	calls = append(calls, call{op: i, kernel: "matvec_glu_" + weightTypes[mg.typ], gridX: uint32(min(groups, mvGridPerSM*opt.sms)), gridY: gridOne,
-		block: 32 * gluWarps, which: which, cond: mvCond,
+		block: uint32(32 * gluBlockWarps(groups, opt)), which: which, cond: mvCond,
 		args: []arg{buf(glu.Out), gout, uout, qo, dso, x, ds, weight(gate.W), weight(up.W), i64(mg.rowBytes), i64(int(mg.dOff)),
 			i64(int(pl.mats[up.W].dOff)), metaField(-1, p.MaxRows), i32(which), i32(mg.cols), i32(mg.rows), i32(glu.Act)}})
 	return calls, nil
