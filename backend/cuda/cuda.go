@@ -64,7 +64,7 @@ func kernelNames() []string {
 		if kLayouts[typ] == nil { // the fused kernels (plangroup.go) take the types of matvec.cu
 			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix)
 		}
-		if oneRowTypes[suffix] != nil {
+		if _, ok := oneRowTypes[suffix]; ok {
 			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix)
 		}
 		if suffix != "f32" && suffix != "f16" {

@@ -315,10 +315,10 @@ func TestPlanMMQ(t *testing.T) {
 		got = append(got, launch{c.op, c.kernel, c.cond})
 	}
 	want := []launch{{0, "embed_f32", always}, {1, "rmsnorm_q8", always},
-		{2, "matvec_q4_0", small}, {2, "mmq_q4_0", large}, {3, "mmq_q8_0", large},
-		{4, "mmq_q8_0", large}, {3, "matvec3_q8_0", small}, {5, "store_kv", always},
+		{2, "matvec_q4_0", few}, {2, "matvec1_q4_0", one}, {2, "mmq_q4_0", large}, {3, "mmq_q8_0", large},
+		{4, "mmq_q8_0", large}, {3, "matvec3_q8_0", few}, {3, "matvec13_q8_0", one}, {5, "store_kv", always},
 		{6, "attention_split", small}, {6, "attention_tiled_64", large}, {6, "quantize_q8", large},
-		{7, "matvec_q4_0", small}, {7, "mmq_q4_0", large}}
+		{7, "matvec_q4_0", few}, {7, "matvec1_q4_0", one}, {7, "mmq_q4_0", large}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("launches %v\nwant %v", got, want)
 	}

@@ -128,14 +128,14 @@ func kernelOf(c call) string {
 	return c.kernel
 }
 
-// oneRowNames is kernels with each matrix-vector kernel by float weights
-// renamed to its one-row twin (onerow.go).
+// oneRowNames is kernels with each matrix-vector kernel renamed to its
+// one-row twin where its type has one (onerow.go).
 func oneRowNames(kernels []string) []string {
 	var out []string
 	for _, k := range kernels {
 		for _, p := range [][2]string{{"matvec3_", "matvec13_"}, {"matvec_glu_", "matvec1_glu_"}, {"matvec_", "matvec1_"}} {
 			if strings.HasPrefix(k, p[0]) {
-				if oneRowTypes[k[len(p[0]):]] != nil {
+				if _, ok := oneRowTypes[k[len(p[0]):]]; ok {
 					k = p[1] + k[len(p[0]):]
 				}
 				break

@@ -409,6 +409,8 @@ MATVEC(matvec_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC(matvec1_f32, W_F32, 1, MV_BATCH1)
 MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
 MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
+MATVEC(matvec1_q8_0, W_Q8_0, 1, MV_BATCH)
+MATVEC(matvec1_q4_0, W_Q4_0, 1, MV_BATCH)
 
 // The grouped and GLU kernels have more code paths than matvec; their
 // register count is held where mvGridPerSM blocks of each fit on a
@@ -434,6 +436,8 @@ MATVEC3(matvec3_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC3(matvec13_f32, W_F32, 1, MV_BATCH1)
 MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
 MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
+MATVEC3(matvec13_q8_0, W_Q8_0, 1, MV_BATCH)
+MATVEC3(matvec13_q4_0, W_Q4_0, 1, MV_BATCH)
 
 #define MATVEC_GLU(name, T, MAXM, B)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * GLU_WARPS, MV_BLOCKS_PER_SM * MV_WARPS / GLU_WARPS)          \
@@ -452,6 +456,8 @@ MATVEC_GLU(matvec_glu_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC_GLU(matvec1_glu_f32, W_F32, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_f16, W_F16, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_q8_0, W_Q8_0, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH)
 
 // The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
 // activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),

@@ -37,11 +37,18 @@ func withoutOne(c cond) cond {
 }
 
 // oneRowTypes are the weight types with one-row twins, with their
-// 16-byte chunks a row of k columns.
-var oneRowTypes = map[string]func(k int) int{
-	"f32":  func(k int) int { return k / 4 },
-	"f16":  func(k int) int { return k / 8 },
-	"bf16": func(k int) int { return k / 8 },
+// 16-byte chunks a row of k columns and whether the twin keeps
+// rowsPerBlock's rows a block (quantized types, whose twins keep MV_BATCH
+// loads in flight) rather than half a warp a row (oneRowRowsPerBlock).
+var oneRowTypes = map[string]struct {
+	chunks func(k int) int
+	keep   bool
+}{
+	"f32":  {func(k int) int { return k / 4 }, false},
+	"f16":  {func(k int) int { return k / 8 }, false},
+	"bf16": {func(k int) int { return k / 8 }, false},
+	"q8_0": {func(k int) int { return k / 16 }, true},
+	"q4_0": {func(k int) int { return k / 32 }, true},
 }
 
 // oneRowTwin is c's launch for batches of one row, if it has one.
@@ -53,10 +60,15 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 	if kind == "matvec" && strings.HasPrefix(typ, "glu_") {
 		kind, typ = "matvec_glu", typ[len("glu_"):]
 	}
-	chunks := oneRowTypes[typ]
-	if !ok || chunks == nil {
+	ty, known := oneRowTypes[typ]
+	if !ok || !known {
 		return call{}, false
 	}
+	rowsPer := oneRowRowsPerBlock
+	if ty.keep {
+		rowsPer = rowsPerBlock
+	}
+	chunks := ty.chunks
 	t := c
 	t.cond = one
 	t.args = append([]arg(nil), c.args...)
@@ -64,14 +76,14 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 	case "matvec":
 		// out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb
 		n := int(c.args[11].v)
-		rpb := oneRowRowsPerBlock(n, chunks(int(c.args[10].v)), opt.sms)
+		rpb := rowsPer(n, chunks(int(c.args[10].v)), opt.sms)
 		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
 		t.gridX = min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms))
 	case "matvec3":
 		// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff, bias, N
 		// of each weight.
 		n := int(c.args[11].v + c.args[16].v + c.args[21].v)
-		rpb := oneRowRowsPerBlock(n, chunks(int(c.args[5].v)), opt.sms)
+		rpb := rowsPer(n, chunks(int(c.args[5].v)), opt.sms)
 		groups := 0
 		for _, at := range []int{11, 16, 21} {
 			groups += (int(c.args[at].v) + rpb - 1) / rpb

@@ -5,7 +5,7 @@ import "testing"
 // TestOneRowTwin checks the one-row twins' rows per block and grids on an
 // H100-sized device: half a warp a row where that still makes two blocks
 // a multiprocessor, as many rows per block as before where it does not;
-// quantized weights have no twins.
+// quantized weights keep rowsPerBlock's rows; K-quants have no twins.
 func TestOneRowTwin(t *testing.T) {
 	opt := planOptions{sms: 132}
 	mv := func(typ string, k, n, rpb int) call {
@@ -21,6 +21,9 @@ func TestOneRowTwin(t *testing.T) {
 		{mv("f16", 14336, 4096, 4), "matvec1_f16", 8, 512},
 		{mv("bf16", 2048, 128256, 4), "matvec1_bf16", 8, 528},
 		{mv("f32", 2048, 512, 1), "matvec1_f32", 1, 512},
+		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 4, 528},
+		{mv("q4_0", 2048, 2048, 4), "matvec1_q4_0", 4, 512},
+		{mv("q8_0", 2048, 128256, 8), "matvec1_q8_0", 4, 528},
 		{call{kernel: "matvec3_bf16", cond: always, args: []arg{null, null, i64(0), null, i32(0), i32(4096), i32(4),
 			null, null, i64(0), null, i32(4096), null, null, i64(0), null, i32(1024), null, null, i64(0), null, i32(1024)}},
 			"matvec13_bf16", 8, 528},
@@ -40,7 +43,7 @@ func TestOneRowTwin(t *testing.T) {
 		}
 	}
 	for _, c := range []call{
-		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q4_0", cond: small}, {kernel: "matvec3_q8_0", cond: small},
+		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q6_k", cond: always},
 		{kernel: "matvec_bf16", cond: large}, {kernel: "rmsnorm_q8", cond: small},
 		{kernel: "mmq_q4_0", cond: large},
 	} {

@@ -7,9 +7,9 @@
 #   bash .device/ab/ab.sh        (TESTS=0 skips the tests)
 # TYPES (default "Q4_0 Q8_0 BF16"), SHAPES ("1b 8b"), DEPTHS ("0 4096")
 # and ENVS (extra "VAR=value" settings, each a further run of the new
-# build) choose what runs.
+# build) choose what runs; PP=1 adds pp512 of the new build.
 set -u
-cd "$(dirname "$0")"; D=$PWD; M=/tmp/weft-models; mkdir -p "$M"
+cd "$(dirname "$0")"; D=$PWD; M=/tmp/weft-models; mkdir -p "$M"; rm -f "$M/.ready"
 OUT=${OUT:-/tmp/weft-out}; mkdir -p "$OUT"
 TYPES=${TYPES:-"Q4_0 Q8_0 BF16"}; SHAPES=${SHAPES:-"1b 8b"}; DEPTHS=${DEPTHS:-"0 4096"}; ENVS=${ENVS:-}
 CONFIGS=""
@@ -37,6 +37,9 @@ for f in "$M"/*.gguf; do
       line="$line old $(tg weft.old "$f" "$d" X=1) new $(tg weft "$f" "$d" X=1) |"
     done
     for e in $ENVS; do line="$line $e $(tg weft "$f" "$d" "$e")"; done
+    if [ "${PP:-0}" = 1 ]; then
+      line="$line pp512 $(./weft bench -m "$f" --backend cuda -d "$d" -p 512 -n 0 -r 3 2>&1 | grep -oE 'pp512[^|]*\|[^|]*' | awk -F'|' '{print $2}')"
+    fi
     echo "$line"
   done
 done
