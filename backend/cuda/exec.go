@@ -116,7 +116,8 @@ func omitCalls(calls []call, omit string) []call {
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys(),
-		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", gluWarps: envInt("WEFT_CUDA_GLU_WARPS")})
+		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", gluWarps: envInt("WEFT_CUDA_GLU_WARPS"),
+		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX")})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,9 @@
 package cuda
 
-import "strings"
+import (
+	"cmp"
+	"strings"
+)
 
 // Decode of one sequence multiplies a single activation row, and the
 // matrix-vector kernels built for up to MVR rows a pass keep the
@@ -95,7 +98,46 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 	default:
 		return call{}, false
 	}
+	if k, limit := launchCols(t), cmp.Or(opt.oneRowMax, oneRowMaxBytes); k > oneRowAnyCols && launchWeightBytes(t) > int64(limit) {
+		return call{}, false
+	}
 	return t, true
+}
+
+// A launch by rows of more than oneRowAnyCols columns has a one-row twin
+// only where it reads at most oneRowMaxBytes of weights. Same-run A/B on
+// an H100 (tg128, twins for every launch / up to 16 MiB / none): 1B shape
+// (K = 2048 but the down product) Q4_0 1,265 / 1,238 / 1,222 tok/s, Q8_0
+// 973 / 953 / 952, BF16 714 / 701 / 702; 8B shape (K = 4096 and 14336)
+// Q4_0 331 / 330 / 325, Q8_0 224 / 229 / 229, BF16 147 / 153 / 154.
+const (
+	oneRowAnyCols  = 2048
+	oneRowMaxBytes = 16 << 20
+)
+
+// launchCols is the columns of the weight rows a matrix-vector launch reads.
+func launchCols(c call) int {
+	switch {
+	case strings.HasPrefix(c.kernel, "matvec1_glu_"):
+		return int(c.args[14].v)
+	case strings.HasPrefix(c.kernel, "matvec13_"):
+		return int(c.args[5].v)
+	}
+	return int(c.args[10].v)
+}
+
+// launchWeightBytes is the weight bytes a matrix-vector launch reads.
+func launchWeightBytes(c call) int64 {
+	switch {
+	case strings.HasPrefix(c.kernel, "matvec1_glu_"):
+		// ..., rowBytes (9), ..., N (15)
+		return 2 * c.args[9].v * c.args[15].v
+	case strings.HasPrefix(c.kernel, "matvec13_"):
+		// x, ds, rowBytes, ..., then N of each weight at 11, 16, 21
+		return c.args[2].v * (c.args[11].v + c.args[16].v + c.args[21].v)
+	}
+	// out, resid, x, ds, w, rowBytes (5), ..., N (11)
+	return c.args[5].v * c.args[11].v
 }
 
 // oneRowRowsPerBlock is rowsPerBlock for one activation row: half a warp

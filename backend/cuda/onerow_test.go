@@ -5,29 +5,37 @@ import "testing"
 // TestOneRowTwin checks the one-row twins' rows per block and grids on an
 // H100-sized device: half a warp a row where that still makes two blocks
 // a multiprocessor, as many rows per block as before where it does not;
-// quantized weights keep rowsPerBlock's rows; K-quants have no twins.
+// quantized weights keep rowsPerBlock's rows; K-quants and launches of
+// long rows over oneRowMaxBytes have no twins.
 func TestOneRowTwin(t *testing.T) {
 	opt := planOptions{sms: 132}
+	rowBytes := map[string]func(k int) int{"f32": func(k int) int { return 4 * k }, "f16": func(k int) int { return 2 * k },
+		"bf16": func(k int) int { return 2 * k }, "q8_0": func(k int) int { return k }, "q4_0": func(k int) int { return k / 2 }}
 	mv := func(typ string, k, n, rpb int) call {
-		return call{kernel: "matvec_" + typ, cond: small, args: []arg{null, null, null, null, null, i64(0), i64(0), null,
+		return call{kernel: "matvec_" + typ, cond: small, args: []arg{null, null, null, null, null, i64(rowBytes[typ](k)), i64(0), null,
 			null, i32(0), i32(k), i32(n), i32(rpb)}}
+	}
+	// out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act
+	glu := func(typ string, k, n int) call {
+		return call{kernel: "matvec_glu_" + typ, cond: small, args: []arg{null, null, null, null, null, null, null, null, null,
+			i64(rowBytes[typ](k)), i64(0), i64(0), null, i32(0), i32(k), i32(n), i32(0)}}
 	}
 	for _, tc := range []struct {
 		c         call
 		kernel    string
 		rpb, grid int
 	}{
-		{mv("bf16", 4096, 4096, 4), "matvec1_bf16", 8, 512},
-		{mv("f16", 14336, 4096, 4), "matvec1_f16", 8, 512},
+		{mv("bf16", 2048, 4096, 4), "matvec1_bf16", 8, 512},
+		{mv("f16", 14336, 512, 4), "matvec1_f16", 1, 512}, // 14 MiB
 		{mv("bf16", 2048, 128256, 4), "matvec1_bf16", 8, 528},
 		{mv("f32", 2048, 512, 1), "matvec1_f32", 1, 512},
 		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 4, 528},
 		{mv("q4_0", 2048, 2048, 4), "matvec1_q4_0", 4, 512},
 		{mv("q8_0", 2048, 128256, 8), "matvec1_q8_0", 4, 528},
-		{call{kernel: "matvec3_bf16", cond: always, args: []arg{null, null, i64(0), null, i32(0), i32(4096), i32(4),
+		{call{kernel: "matvec3_bf16", cond: always, args: []arg{null, null, i64(4096), null, i32(0), i32(2048), i32(4),
 			null, null, i64(0), null, i32(4096), null, null, i64(0), null, i32(1024), null, null, i64(0), null, i32(1024)}},
 			"matvec13_bf16", 8, 528},
-		{call{kernel: "matvec_glu_f16", cond: small}, "matvec1_glu_f16", -1, 0},
+		{glu("f16", 2048, 8192), "matvec1_glu_f16", -1, 0},
 	} {
 		got, ok := oneRowTwin(tc.c, opt)
 		if !ok || got.kernel != tc.kernel || got.cond != one {
@@ -43,6 +51,8 @@ func TestOneRowTwin(t *testing.T) {
 		}
 	}
 	for _, c := range []call{
+		mv("bf16", 4096, 4096, 4), // 32 MiB of rows longer than oneRowAnyCols
+		glu("q8_0", 4096, 14336),  // the 8B GLU, 112 MiB
 		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q6_k", cond: always},
 		{kernel: "matvec_bf16", cond: large}, {kernel: "rmsnorm_q8", cond: small},
 		{kernel: "mmq_q4_0", cond: large},

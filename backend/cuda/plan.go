@@ -247,6 +247,7 @@ type planOptions struct {
 	splitKeys int
 	noOneRow  bool // no one-row twins (WEFT_CUDA_ONEROW=0)
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
+	oneRowMax int  // weight bytes above which a launch has no one-row twin (0: oneRowMaxBytes)
 }
 
 // planned is a checked program: its launches, how each weight is stored
