@@ -7,16 +7,15 @@ import (
 
 // Decode of one sequence multiplies a single activation row, and the
 // matrix-vector kernels built for up to MVR rows a pass keep the
-// registers of their widest pass. oneRow gives every matrix-vector launch
-// by float weights (F32, F16, BF16) of small batches a twin for batches of
-// one row: the kernel compiled for one row (matvec1_*, matvec13_*,
-// matvec1_glu_*), which keeps MV_BATCH1 loads in flight a lane (the GLU
-// kernel MV_BATCH of each of its two rows), half a warp a row where the
-// launch still fills the device. On an H100 (same
-// run, WEFT_CUDA_ONEROW=0 against 1) that took BF16 tg128 from 566-569 to
-// 640-645 tok/s on the 1B shape and from 134 to 137 on the 8B; the same
-// twins of the Q4_0/Q8_0 kernels were 1-8 % slower (8B Q4_0 294 against
-// 271), so quantized weights keep their kernels.
+// registers of their widest pass. oneRow gives matrix-vector launches of
+// small batches (F32, F16, BF16, Q8_0 and Q4_0 weights) a twin for
+// batches of one row: the kernel compiled for one row (matvec1_*,
+// matvec13_*, matvec1_glu_*). The float twins keep MV_BATCH1 loads in
+// flight a lane, half a warp a row where the launch still fills the
+// device (BF16 tg128 566 → 640 tok/s on the 1B shape when they came); the
+// quantized twins keep MV_BATCH and rowsPerBlock's rows (8 loads were
+// 1-8 % slower), and the GLU twins MV_BATCH of each of their two rows.
+// Launches of long rows over oneRowMaxBytes keep their kernel (below).
 func oneRow(pl *planned, opt planOptions) {
 	calls := make([]call, 0, len(pl.calls)+64)
 	for _, c := range pl.calls {

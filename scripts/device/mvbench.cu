@@ -2,11 +2,17 @@
 // chain of launches over distinct weights (more bytes than L2 holds) in a
 // CUDA graph with programmatic dependent launch, to compare kernel designs
 // before they go into the engine. Build and run on the device:
-//   nvcc -O3 -arch=sm_90a -o mvbench mvbench.cu && ./mvbench
-// Reports each variant's time a launch and GB/s over the weight bytes.
+//   nvcc -O3 -arch=sm_90a -o mvbench mvbench.cu && ./mvbench [tma]
+// Reports each variant's time a launch and GB/s over the weight bytes:
+// the engine's design with nothing, an L2 bulk prefetch or a register
+// preload before the dependency wait, alone and after a norm-like kernel;
+// with "tma", also the shared-memory streaming design (bulk copies into
+// P stages of up to S bytes), which was slower in every shape.
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include <cstring>
+#include <cmath>
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
@@ -141,6 +147,94 @@ __global__ void __launch_bounds__(1024) tiny(signed char* qa, float* da, const f
     }
 }
 
+// ---- variant "tma": rows streamed into shared memory by bulk copies, P stages of up to S bytes ----
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(u64* b, int n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n)); }
+__device__ __forceinline__ void mbar_expect(u64* b, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(b))
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* b, u32 parity) {
+    asm volatile(
+        "{ .reg .pred p; W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra W; }" ::"r"(smem_addr(b)), "r"(parity)
+        : "memory");
+}
+
+// Block b takes rows [b*N/G, (b+1)*N/G); a stage holds R whole rows (quants, then their scales).
+template <int P, int T>
+__global__ void __launch_bounds__(T) mv_tma(float* out, const signed char* qa, const float* da, const u8* w, int K, int N, int S) {
+    extern __shared__ __align__(128) u8 sm[];
+    __shared__ u64 bar[P];
+    __shared__ float part[T / 32][64];
+    int nc = K >> 5;
+    u32 rowBytes = K / 2, sBytes = K / 16; // quants and scales of a row
+    u64 dOff = (u64)N * rowBytes;
+    int R = max(1, (int)(S / (rowBytes + sBytes)));
+    R = min(R, 64);
+    int r0 = (int)((u64)blockIdx.x * N / gridDim.x), r1 = (int)((u64)(blockIdx.x + 1) * N / gridDim.x);
+    int nst = (r1 - r0 + R - 1) / R;
+    u32 stageBytes = R * (rowBytes + sBytes);
+    stageBytes = (stageBytes + 127) & ~127u;
+    signed char* xs = (signed char*)(sm + P * stageBytes);
+    float* xd = (float*)(xs + K);
+    if (threadIdx.x == 0) {
+        for (int p = 0; p < P; p++) mbar_init(&bar[p], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int s) {
+        int p = s % P, a = r0 + s * R, n = min(R, r1 - a);
+        u8* dst = sm + p * stageBytes;
+        mbar_expect(&bar[p], n * (rowBytes + sBytes));
+        bulk_copy(dst, w + (u64)a * rowBytes, n * rowBytes, &bar[p]);
+        bulk_copy(dst + R * rowBytes, w + dOff + (u64)a * sBytes, n * sBytes, &bar[p]);
+    };
+    if (threadIdx.x == 0)
+        for (int s = 0; s < min(P, nst); s++) issue(s);
+    pdl_wait();
+    pdl_launch();
+    for (int i = threadIdx.x; i < K / 16; i += T) ((int4*)xs)[i] = ((const int4*)qa)[i];
+    for (int i = threadIdx.x; i < nc; i += T) xd[i] = da[i];
+    __syncthreads();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int s = 0; s < nst; s++) {
+        int p = s % P, a = r0 + s * R, n = min(R, r1 - a);
+        mbar_wait(&bar[p], (s / P) & 1);
+        const u8* st = sm + p * stageBytes;
+        const u16* sd = (const u16*)(st + R * rowBytes);
+        // work items: (row, chunk), nc chunks a row (nc % 32 == 0), warp-uniform rows.
+        int items = n * nc;
+        float acc = 0.f;
+        int cur = -1;
+        for (int i = threadIdx.x; i < items; i += T) {
+            int r = i / nc, c = i - r * nc;
+            if (r != cur) {
+                if (cur >= 0) { acc = warp_sum(acc); if (lane == 0) part[warp][cur] = acc; }
+                // rows this warp skips get zero
+                for (int x = cur + 1; x < r; x++) if (lane == 0) part[warp][x] = 0.f;
+                cur = r;
+                acc = 0.f;
+            }
+            uint4 q = *(const uint4*)(st + (u64)r * rowBytes + c * 16);
+            acc += h2f(sd[r * nc + c]) * xd[c] * (float)q4dot(q, (const int4*)(xs + c * 32));
+        }
+        if (cur >= 0) { acc = warp_sum(acc); if (lane == 0) part[warp][cur] = acc; }
+        for (int x = cur + 1; x < n; x++) if (lane == 0) part[warp][x] = 0.f;
+        __syncthreads();
+        if (threadIdx.x == 0 && s + P < nst) issue(s + P);
+        for (int r = threadIdx.x; r < n; r += T) {
+            float v = 0.f;
+            for (int x = 0; x < T / 32; x++) v += part[x][r];
+            out[a + r] = v;
+        }
+        __syncthreads();
+    }
+}
+
 // reference on the host
 static float h2f_host(u16 h) {
     u32 s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023, f;
@@ -151,7 +245,8 @@ static float h2f_host(u16 h) {
 
 struct Shape { const char* name; int N, K, copies; };
 
-int main() {
+int main(int argc, char** argv) {
+    bool withTMA = argc > 1 && strcmp(argv[1], "tma") == 0;
     int dev = 0, sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     Shape shapes[] = {
@@ -257,6 +352,25 @@ int main() {
             char nm[64];
             snprintf(nm, sizeof nm, "tiny+reg4 pf%d", pf);
             run(nm, [&](u8* w) { tin(); prod(pf, w); }, 2);
+        }
+        if (withTMA)
+        for (int S : {8192, 16384, 32768}) {
+            for (int bps : {1, 2}) {
+                auto go = [&](auto kern, int P, int T) {
+                    u64 R = std::max<u64>(1, std::min<u64>(64, S / (rowBytes + K / 16)));
+                    u64 stage = (R * (rowBytes + K / 16) + 127) & ~127ull;
+                    size_t smem = P * stage + K + K / 8;
+                    if (smem > 220 * 1024 / bps) return;
+                    CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                    int grid = std::min(bps * sms, N);
+                    char nm[64];
+                    snprintf(nm, sizeof nm, "tma S%dK P%d T%d b%d", S / 1024, P, T, bps);
+                    run(nm, [&](u8* w) { auto c = cfg(grid, T, smem); CK(cudaLaunchKernelEx(&c, kern, out, (const signed char*)qa, (const float*)da, (const u8*)w, K, N, S)); }, 1);
+                };
+                go(mv_tma<4, 256>, 4, 256);
+                go(mv_tma<2, 256>, 2, 256);
+                go(mv_tma<4, 512>, 4, 512);
+            }
         }
         for (auto p : ws) cudaFree(p);
         cudaFree(qa); cudaFree(da); cudaFree(qa2); cudaFree(da2); cudaFree(xf); cudaFree(nw); cudaFree(out); cudaStreamDestroy(st);
