@@ -101,7 +101,8 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 // blocks of (r, kvh) to finish (count, reset by it for the next launch)
 // merges the partials in order s = 0, 1, ..., so the sum does not depend
 // on which block finished last, and writes out (and, with qa set, the
-// int8 rows as quantize_q8 would). Needs hd % 4 == 0, hd <= 32·AS_ND,
+// int8 rows as quantize_q8 would). A row of one run skips the partials
+// and the count: its block writes out itself. Needs hd % 4 == 0, hd <= 32·AS_ND,
 // nheads/nkv <= AS_WARPS·AS_HPW and S <= AS_MAXS.
 #define AS_WARPS 4
 #define AS_HPW 4

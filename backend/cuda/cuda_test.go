@@ -584,4 +584,14 @@ func TestGeometryMatchesSource(t *testing.T) {
 			t.Errorf("kernel source defines %s = %d (found %v), the plan uses %d", name, got, ok, want)
 		}
 	}
+	// attention_split's limits follow from its geometry.
+	if g := defines["AS_WARPS"] * defines["AS_HPW"]; g != attSplitMaxGroup {
+		t.Errorf("attention_split takes %d query heads a kv head, the plan allows %d", g, attSplitMaxGroup)
+	}
+	if d := 32 * defines["AS_ND"]; d != attSplitMaxDim {
+		t.Errorf("attention_split takes head sizes to %d, the plan allows %d", d, attSplitMaxDim)
+	}
+	if !strings.Contains(kernelSource, "__launch_bounds__(32 * GLU_WARPS,") {
+		t.Error("the GLU kernels are not bounded by GLU_WARPS warps")
+	}
 }

@@ -53,6 +53,9 @@ func fusedProductCases() []opCase {
 		{"Q4_0", 96, 96, 5, false, backend.ActSiLU}, {"Q8_0", 64, 160, 8, false, backend.ActSiLU}, {"Q4_0", 128, 64, 20, false, backend.ActSiLU},
 		{"BF16", 72, 70, 5, false, backend.ActGELUTanh}, {"F16", 67, 40, 5, false, backend.ActSiLU}, {"F32", 40, 33, 5, false, backend.ActSiLU},
 		{"Q8_0", 96, 72, 5, true, backend.ActGELUTanh}, {"F16", 67, 45, 20, true, backend.ActSiLU}, {"Q4_0", 64, 96, 6, true, backend.ActSiLU},
+		// Rows of more than 64 chunks: a warp a row rather than half.
+		{"Q8_0", 1056, 96, 5, false, backend.ActSiLU}, {"BF16", 520, 64, 5, false, backend.ActGELUTanh},
+		{"Q4_0", 2080, 64, 3, true, backend.ActSiLU},
 	} {
 		tol := 1e-5
 		if gc.maxRows > smallRows {
@@ -210,6 +213,10 @@ func TestPlanFusesLayerProducts(t *testing.T) {
 				if (c.args[3] == scratch(scratchG8)) != q8 || c.args[1] != null || c.args[2] != buf(6) || c.args[15] != i32(96) {
 					t.Errorf("%s: GLU launch %+v", tc.typ, c)
 				}
+				// 96 rows are 3 groups, one wave of gluWarps-warp blocks.
+				if c.block != 32*gluWarps {
+					t.Errorf("%s: GLU blocks of %d threads, want %d", tc.typ, c.block, 32*gluWarps)
+				}
 			case c.kernel == "matvec_q4_0" && c.op == 9:
 				if c.args[2] != scratch(scratchG8) || c.args[3] != scratch(scratchG8DS) {
 					t.Errorf("the down product reads %+v, %+v, want the GLU's int8 rows", c.args[2], c.args[3])
@@ -337,6 +344,10 @@ func TestGLUBlockWarps(t *testing.T) {
 		{448, 132, 0, 4}, // Llama-3-8B: 14336 rows, one wave of 4-warp blocks
 		{448, 132, 8, 8}, // WEFT_CUDA_GLU_WARPS=8
 		{10, 4, 16, 8},   // never more than the kernel's GLU_WARPS
+		{10, 4, 6, 4},    // a power of two, so passes tile the block's 32 rows
+		{10, 4, 7, 4},
+		{10, 4, 3, 2},
+		{10, 4, 1, 1},
 	} {
 		if got := gluBlockWarps(tc.groups, planOptions{sms: tc.sms, gluWarps: tc.force}); got != tc.want {
 			t.Errorf("%d groups on %d multiprocessors (forced %d): %d warps, want %d", tc.groups, tc.sms, tc.force, got, tc.want)

@@ -1,6 +1,7 @@
 // weft's CUDA kernels, compiled at run time by NVRTC (no headers: every
 // helper used here is a compiler builtin) as one program: this file, then
-// matvec.cu and attention.cu. The Go side (plan.go) chooses the launch
+// matvec.cu, attention.cu, matvec_k.cu, mmq.cu and sample.cu (nvrtc.go's
+// kernelSource). The Go side (plan.go) chooses the launch
 // shapes and the argument order, which must match the signatures.
 //
 // Activations are float32 [MaxRows, cols] row-major. Batch data lives in
@@ -332,7 +333,7 @@ extern "C" __global__ void rope_store(float* q, float* k, const float* v, float*
     if (h < nq) return;
     __syncthreads();
     int off = (h - nq) * hd;
-    u64 at = ((u64)slots[r] * cap + pos[r] % cap) * kvdim + off;
+    u64 at = ((u64)slots[r] * cap + pr % cap) * kvdim + off;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         kc[at + i] = k[(u64)r * kvdim + off + i];
         vc[at + i] = v[(u64)r * kvdim + off + i];

@@ -4,8 +4,9 @@
 
 // The matrix-vector kernels compute out[r, j] = W[j] · a[r] (+ bias[j])
 // for r < meta[which], MVR rows of a per pass over the weights. A block is
-// MV_WARPS warps covering rpb output rows (1, 2 or 4), so 4/rpb warps split
-// each row's K; lanes stream 16-byte chunks of the row. With resid set,
+// MV_WARPS warps covering rpb output rows (1, 2 or 4, so 4/rpb warps split
+// each row's K; or 8, half a warp a row); lanes stream 16-byte chunks of
+// the row. With resid set,
 // resid[r, j] += the result too (a fused residual add; resid is never a).
 #define MV_WARPS 4
 #define MVR 8
@@ -391,9 +392,10 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
     }
 }
 
-// Each kernel comes for batches of up to MVR rows a pass, and those of the
-// float types also (matvec1_*, onerow.go) for a single row, whose only
-// pass keeps MV_BATCH1 loads in flight a lane in fewer registers.
+// Each kernel comes for batches of up to MVR rows a pass, and also
+// (matvec1_*, onerow.go) for a single row, whose only pass needs fewer
+// registers: the float types' keep MV_BATCH1 loads in flight a lane, the
+// quantized types' MV_BATCH (8 were slower).
 #define MV_BATCH1 8
 #define MATVEC(name, T, MAXM, B)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
@@ -413,9 +415,9 @@ MATVEC(matvec1_q8_0, W_Q8_0, 1, MV_BATCH)
 MATVEC(matvec1_q4_0, W_Q4_0, 1, MV_BATCH)
 
 // The grouped and GLU kernels have more code paths than matvec; their
-// register count is held where mvGridPerSM blocks of each fit on a
-// multiprocessor at once (at 168 registers, seen with 8 loads in flight, a
-// GLU grid took two waves).
+// register count is held at 128, where mvGridPerSM blocks of MV_WARPS
+// warps (or half as many of GLU_WARPS) fit on a multiprocessor at once (at
+// 168 registers, seen with 8 loads in flight, a GLU grid took two waves).
 #define MV_BLOCKS_PER_SM 4
 
 #define MATVEC3(name, T, MAXM, B)                                                                                  \

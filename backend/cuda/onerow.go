@@ -125,7 +125,8 @@ func launchCols(c call) int {
 	return int(c.args[10].v)
 }
 
-// launchWeightBytes is the weight bytes a matrix-vector launch reads.
+// launchWeightBytes is the weight bytes a matrix-vector launch reads (for
+// Q8_0 and Q4_0 the quants, 6 and 11 % less than with their scales).
 func launchWeightBytes(c call) int64 {
 	switch {
 	case strings.HasPrefix(c.kernel, "matvec1_glu_"):

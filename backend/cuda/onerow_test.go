@@ -20,6 +20,12 @@ func TestOneRowTwin(t *testing.T) {
 		return call{kernel: "matvec_glu_" + typ, cond: small, args: []arg{null, null, null, null, null, null, null, null, null,
 			i64(rowBytes[typ](k)), i64(0), i64(0), null, i32(0), i32(k), i32(n), i32(0)}}
 	}
+	// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff, bias, N of
+	// each of three weights.
+	mv3 := func(typ string, k, n0, n1, n2 int) call {
+		return call{kernel: "matvec3_" + typ, cond: always, args: []arg{null, null, i64(rowBytes[typ](k)), null, i32(0), i32(k), i32(4),
+			null, null, i64(0), null, i32(n0), null, null, i64(0), null, i32(n1), null, null, i64(0), null, i32(n2)}}
+	}
 	for _, tc := range []struct {
 		c         call
 		kernel    string
@@ -32,10 +38,11 @@ func TestOneRowTwin(t *testing.T) {
 		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 4, 528},
 		{mv("q4_0", 2048, 2048, 4), "matvec1_q4_0", 4, 512},
 		{mv("q8_0", 2048, 128256, 8), "matvec1_q8_0", 4, 528},
-		{call{kernel: "matvec3_bf16", cond: always, args: []arg{null, null, i64(4096), null, i32(0), i32(2048), i32(4),
-			null, null, i64(0), null, i32(4096), null, null, i64(0), null, i32(1024), null, null, i64(0), null, i32(1024)}},
-			"matvec13_bf16", 8, 528},
+		{mv3("bf16", 2048, 4096, 1024, 1024), "matvec13_bf16", 8, 528},
+		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 528}, // 6 MiB
 		{glu("f16", 2048, 8192), "matvec1_glu_f16", -1, 0},
+		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0}, // 12 MiB of gate and up rows
+		{glu("q8_0", 8192, 512), "matvec1_glu_q8_0", -1, 0},  // 8 MiB: N rows, not K
 	} {
 		got, ok := oneRowTwin(tc.c, opt)
 		if !ok || got.kernel != tc.kernel || got.cond != one {
@@ -51,14 +58,31 @@ func TestOneRowTwin(t *testing.T) {
 		}
 	}
 	for _, c := range []call{
-		mv("bf16", 4096, 4096, 4), // 32 MiB of rows longer than oneRowAnyCols
-		glu("q8_0", 4096, 14336),  // the 8B GLU, 112 MiB
+		mv("bf16", 4096, 4096, 4),           // 32 MiB of rows longer than oneRowAnyCols
+		glu("q8_0", 4096, 14336),            // the 8B GLU, 112 MiB
+		glu("q8_0", 4096, 2560),             // 20 MiB: gate and up both count
+		mv3("bf16", 4096, 4096, 1024, 1024), // the 8B q, k and v, 48 MiB
 		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q6_k", cond: always},
 		{kernel: "matvec_bf16", cond: large}, {kernel: "rmsnorm_q8", cond: small},
 		{kernel: "mmq_q4_0", cond: large},
 	} {
 		if _, ok := oneRowTwin(c, opt); ok {
 			t.Errorf("%s (%v) has a one-row twin", c.kernel, c.cond)
+		}
+	}
+}
+
+// TestOneRowMax checks that WEFT_CUDA_ONEROW_MAX's limit replaces
+// oneRowMaxBytes.
+func TestOneRowMax(t *testing.T) {
+	c := call{kernel: "matvec_bf16", cond: small, args: []arg{null, null, null, null, null, i64(8192), i64(0), null,
+		null, i32(0), i32(4096), i32(4096), i32(4)}} // 32 MiB
+	for _, tc := range []struct {
+		limit int
+		twin  bool
+	}{{0, false}, {32 << 20, true}, {64 << 20, true}, {16 << 20, false}} {
+		if _, ok := oneRowTwin(c, planOptions{sms: 132, oneRowMax: tc.limit}); ok != tc.twin {
+			t.Errorf("limit %d: twin %v, want %v", tc.limit, ok, tc.twin)
 		}
 	}
 }

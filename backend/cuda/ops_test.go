@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -129,6 +130,7 @@ type opCase struct {
 	build    func(b *progBuilder, out backend.BufID)
 	selected bool
 	tol      float64
+	steps    int // batches compared (0: 30)
 }
 
 func opCases() []opCase {
@@ -322,14 +324,21 @@ func opCases() []opCase {
 		{"tiled-odd-dims", 3, 1, 30, 0, 0, 20, 2}, {"tiled-gqa8", 16, 2, 64, 0, 0, 20, 2},
 		// Decode attention splits the cache in runs of splitKeys positions
 		// (lowered to 8 by TestOpsAgainstCPU's split/ variants); 300
-		// positions make 3 splits of several tiles at the default.
+		// positions make 3 splits of several tiles at the default. In 60
+		// batches of up to 96 rows, long-1400 decodes 7 batches past
+		// position 1,100: more than 32 runs, two partials a lane in the
+		// merge.
 		{"long", 8, 2, 64, 0, 0, 8, 1}, {"long-gqa16-odd", 16, 1, 44, 0, 0, 3, 2}, {"mha-5", 5, 5, 32, 0, 0, 4, 1},
+		{"long-1400", 4, 1, 64, 0, 0, 96, 1},
 	} {
-		maxRows, slots, context := ac.maxRows, ac.slots, 40
-		if strings.HasPrefix(ac.name, "long") {
+		maxRows, slots, context, steps := ac.maxRows, ac.slots, 40, 0
+		switch {
+		case ac.name == "long-1400":
+			context, steps = 1400, 60
+		case strings.HasPrefix(ac.name, "long"):
 			context = 300
 		}
-		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5,
+		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5, steps: steps,
 			build: func(b *progBuilder, out backend.BufID) {
 				q, k, v := b.buf(ac.heads*ac.hd), b.buf(ac.kv*ac.hd), b.buf(ac.kv*ac.hd)
 				b.fill(q, 1)
@@ -351,7 +360,7 @@ func opCases() []opCase {
 // TestOpsAgainstCPU runs every op, on random data of odd sizes, on both
 // backends: every case as planned by default, cases with mmqTol again
 // with WEFT_MMQ=1, attention cases again with the cache split in runs of
-// 8 positions.
+// 8 positions, fused GLU cases again with blocks of 4 and 2 warps.
 func TestOpsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	for i, tc := range opCases() {
@@ -360,7 +369,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 			out := b.buf(tc.vocab)
 			b.p.Logits = out
 			tc.build(b, out)
-			compareWithCPU(t, gpu, b.p, 30, tc.selected, tol)
+			compareWithCPU(t, gpu, b.p, cmp.Or(tc.steps, 30), tc.selected, tol)
 		}
 		t.Run(tc.name, func(t *testing.T) { run(t, tc.tol) })
 		if tc.mmqTol > 0 {
@@ -375,6 +384,14 @@ func TestOpsAgainstCPU(t *testing.T) {
 				splitKeys = 8
 				run(t, tc.tol)
 			})
+		}
+		if strings.HasPrefix(tc.name, "fused-glu/") {
+			for _, w := range []string{"4", "2"} {
+				t.Run("glu"+w+"/"+tc.name, func(t *testing.T) {
+					t.Setenv("WEFT_CUDA_GLU_WARPS", w)
+					run(t, tc.tol)
+				})
+			}
 		}
 	}
 }

@@ -112,10 +112,16 @@ const (
 // (two blocks of gluWarps warps a multiprocessor, as its launch bounds
 // allow), else half as many, so that up to twice the blocks run in one
 // wave rather than leaving a second wave part full.
+// A forced count (WEFT_CUDA_GLU_WARPS) is rounded down to a power of two,
+// which the kernel needs: its passes must tile the block's gluRows rows.
 func gluBlockWarps(groups int, opt planOptions) int {
 	switch {
 	case opt.gluWarps > 0:
-		return min(opt.gluWarps, gluWarps)
+		w := 1
+		for w*2 <= min(opt.gluWarps, gluWarps) {
+			w *= 2
+		}
+		return w
 	case groups <= 2*opt.sms:
 		return gluWarps
 	}
