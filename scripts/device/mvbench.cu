@@ -5,7 +5,8 @@
 //   nvcc -O3 -arch=sm_90a -o mvbench mvbench.cu && ./mvbench [tma]
 // Reports each variant's time a launch and GB/s over the weight bytes:
 // the engine's design with nothing, an L2 bulk prefetch or a register
-// preload before the dependency wait, alone and after a norm-like kernel;
+// preload before the dependency wait, alone and after a norm-like kernel,
+// and the same products in one persistent launch with grid barriers;
 // with "tma", also the shared-memory streaming design (bulk copies into
 // P stages of up to S bytes), which was slower in every shape.
 #include <cstdio>
@@ -117,6 +118,80 @@ __global__ void __launch_bounds__(128) mv_reg(float* out, const signed char* qa,
             __syncthreads();
         }
         if (live && (lane & (lpr - 1)) == 0 && warp % wpr == 0) out[j] = acc;
+    }
+}
+
+// mv_persist is mv_reg<4, 0>'s work for nops products in one launch:
+// blocks stay resident and meet at a grid barrier (an atomic counter)
+// between products, in place of the kernel boundary. With PF, each block
+// bulk-prefetches its first rows of the next product into L2 before it
+// waits at the barrier. The grid must be co-resident (the host sizes it
+// by the occupancy calculator).
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+template <int PF>
+__global__ void __launch_bounds__(128) mv_persist(float* out, const signed char* qa, const float* da, u8* const* ws, int nops,
+                                                  int K, int N, int rpb, unsigned* bar) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int lpr = rpb > 4 ? 128 / rpb : 32, wpr = rpb >= 4 ? 1 : 4 / rpb;
+    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
+    int nc = K >> 5, groups = (N + rpb - 1) / rpb;
+    u64 rowBytes = K / 2, dOff = (u64)N * rowBytes;
+    __shared__ float part[4];
+    pdl_wait();
+    for (int op = 0; op < nops; op++) {
+        const u8* w = ws[op];
+        if (PF && threadIdx.x == 0 && (int)blockIdx.x < groups) {
+            int r0 = blockIdx.x * rpb, n = min(rpb, N - r0);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (u64)r0 * rowBytes), "r"((u32)(n * rowBytes)) : "memory");
+        }
+        if (op > 0) {
+            // Bounded, so that a grid that is not co-resident fails the
+            // check instead of hanging the device.
+            if (threadIdx.x == 0)
+                for (int spin = 0; ld_acquire(bar) < (unsigned)op * gridDim.x && spin < (1 << 22); spin++) {
+                }
+            __syncthreads();
+        }
+        for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+            int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+            bool live = j < N;
+            const u8* row = w + (u64)(live ? j : 0) * rowBytes;
+            const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * nc;
+            float acc = 0.f;
+            if (live)
+                for (int c0 = sub; c0 < nc; c0 += 4 * nsub) {
+                    uint4 q[4];
+                    float dw[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        int c = c0 + u * nsub;
+                        if (c < nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
+                    }
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        int c = c0 + u * nsub;
+                        if (c < nc) acc += dw[u] * da[c] * (float)q4dot(q[u], (const int4*)(qa + c * 32));
+                    }
+                }
+            for (int o = lpr >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (wpr > 1) {
+                if (lane == 0) part[warp] = acc;
+                __syncthreads();
+                if (lane == 0 && warp % wpr == 0) { float s = 0; for (int x = 0; x < wpr; x++) s += part[warp + x]; acc = s; }
+                __syncthreads();
+            }
+            if (live && (lane & (lpr - 1)) == 0 && warp % wpr == 0) out[j] = acc;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(bar, 1u);
+        }
     }
 }
 
@@ -299,7 +374,7 @@ int main(int argc, char** argv) {
             CK(cudaMemcpy(nw, hx.data(), 4 * K, cudaMemcpyHostToDevice));
         }
         // run times a graph of reps launches (per launches a call of launch) and reports per call.
-        auto run = [&](const char* name, auto launch, int per) {
+        auto run = [&](const char* name, auto launch, int per, int ops = 1) {
             CK(cudaMemset(out, 0xff, 4 * N));
             cudaGraph_t g; cudaGraphExec_t ge;
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -318,7 +393,7 @@ int main(int argc, char** argv) {
                 float ms; cudaEventElapsedTime(&ms, e0, e1); ts.push_back(ms);
             }
             std::sort(ts.begin(), ts.end());
-            double us = ts[ts.size() / 2] * 1e3 / (reps / per);
+            double us = ts[ts.size() / 2] * 1e3 / (reps / per) / ops;
             printf("%-24s %-16s %9.2f %8.0f %9.2g\n", sh.name, name, us, bytes / us / 1e3, sqrt(num / den));
             cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
         };
@@ -352,6 +427,32 @@ int main(int argc, char** argv) {
             char nm[64];
             snprintf(nm, sizeof nm, "tiny+reg4 pf%d", pf);
             run(nm, [&](u8* w) { tin(); prod(pf, w); }, 2);
+        }
+        // The same 64 products in one launch with grid barriers between
+        // them, sized to stay co-resident.
+        {
+            std::vector<u8*> hp(reps);
+            for (int i = 0; i < reps; i++) hp[i] = ws[i % C];
+            u8** dp;
+            unsigned* bar;
+            CK(cudaMalloc(&dp, reps * sizeof(u8*)));
+            CK(cudaMalloc(&bar, 4));
+            CK(cudaMemcpy(dp, hp.data(), reps * sizeof(u8*), cudaMemcpyHostToDevice));
+            for (int pf = 0; pf < 2; pf++) {
+                auto k = pf ? mv_persist<1> : mv_persist<0>;
+                int per_sm = 0;
+                CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 128, 0));
+                int pgrid = std::min(grid, per_sm * sms);
+                char nm[64];
+                snprintf(nm, sizeof nm, "persist pf%d g%d", pf, pgrid);
+                run(nm, [&](u8*) {
+                    CK(cudaMemsetAsync(bar, 0, 4, st));
+                    auto c = cfg(pgrid, 128, 0);
+                    CK(cudaLaunchKernelEx(&c, k, out, (const signed char*)qa, (const float*)da, (u8* const*)dp, reps, K, N, rpb, bar));
+                }, reps, reps);
+            }
+            cudaFree(dp);
+            cudaFree(bar);
         }
         if (withTMA)
         for (int S : {8192, 16384, 32768}) {
