@@ -7,7 +7,8 @@
 #   bash .device/ab/ab.sh        (TESTS=0 skips the tests)
 # TYPES (default "Q4_0 Q8_0 BF16"), SHAPES ("1b 8b"), DEPTHS ("0 4096")
 # and ENVS (extra "VAR=value" settings, each a further run of the new
-# build) choose what runs; PP=1 adds pp512 of the new build.
+# build) choose what runs; PP=1 adds pp512 of the new build, and PP_ENVS
+# (settings again) further pp512 runs of it, e.g. PP_ENVS=WEFT_MMQ=1.
 set -u
 cd "$(dirname "$0")"; D=$PWD; M=/tmp/weft-models; mkdir -p "$M"; rm -f "$M/.ready"
 OUT=${OUT:-/tmp/weft-out}; mkdir -p "$OUT"
@@ -37,9 +38,9 @@ for f in "$M"/*.gguf; do
       line="$line old $(tg weft.old "$f" "$d" X=1) new $(tg weft "$f" "$d" X=1) |"
     done
     for e in $ENVS; do line="$line $e $(tg weft "$f" "$d" "$e")"; done
-    if [ "${PP:-0}" = 1 ]; then
-      line="$line pp512 $(./weft bench -m "$f" --backend cuda -d "$d" -p 512 -n 0 -r 3 2>&1 | grep -oE 'pp512[^|]*\|[^|]*' | awk -F'|' '{print $2}')"
-    fi
+    pp() { env "$@" ./weft bench -m "$f" --backend cuda -d "$d" -p 512 -n 0 -r 3 2>&1 | grep -oE 'pp512[^|]*\|[^|]*' | awk -F'|' '{print $2}'; }
+    if [ "${PP:-0}" = 1 ]; then line="$line pp512 $(pp X=1)"; fi
+    for e in ${PP_ENVS:-}; do line="$line pp512 $e $(pp "$e")"; done
     echo "$line"
   done
 done
