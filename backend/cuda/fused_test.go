@@ -354,3 +354,26 @@ func TestGLUBlockWarps(t *testing.T) {
 		}
 	}
 }
+
+// TestNormThreads checks the norm's block size: the group's width rounded
+// up to a warp, at most maxNormThreads, or normThreads when it is set.
+func TestNormThreads(t *testing.T) {
+	for _, tc := range []struct{ force, want int }{{0, 64}, {32, 32}, {256, 64}} {
+		pl, err := plan(layerProgram(t, "Q4_0", nil), planOptions{sms: 4, normThreads: tc.force})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range pl.calls {
+			if strings.HasPrefix(c.kernel, "rmsnorm") {
+				n++
+				if c.block != uint32(tc.want) {
+					t.Errorf("normThreads %d: %s blocks of %d threads, want %d", tc.force, c.kernel, c.block, tc.want)
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatal("no norm planned")
+		}
+	}
+}

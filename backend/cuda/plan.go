@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/weftlm/weft/backend"
@@ -205,13 +206,14 @@ func describe(w *backend.Weight) (matInfo, error) {
 }
 
 const (
-	elemBlock      = 256 // threads of an elementwise launch
-	mvWarps        = 4   // kernels.cu MV_WARPS
-	attentionWarps = 8   // decode attention: a warp takes every 8th position
-	maxHeadDim     = 512 // kernels.cu MAXD
-	attTileRows    = 8   // kernels.cu AT_ROWS
-	attTileKeys    = 32  // kernels.cu AT_KT
-	attTileWarps   = 8   // kernels.cu AT_WARPS
+	elemBlock      = 256  // threads of an elementwise launch
+	maxNormThreads = 1024 // threads of a norm block, at most
+	mvWarps        = 4    // kernels.cu MV_WARPS
+	attentionWarps = 8    // decode attention: a warp takes every 8th position
+	maxHeadDim     = 512  // kernels.cu MAXD
+	attTileRows    = 8    // kernels.cu AT_ROWS
+	attTileKeys    = 32   // kernels.cu AT_KT
+	attTileWarps   = 8    // kernels.cu AT_WARPS
 	// attention_split (attention.cu): AS_WARPS, AS_MAXS, the largest head
 	// size (32·AS_ND) and query heads per kv head (AS_WARPS·AS_HPW), and
 	// the cache positions per split. About 64 splits a kv head was best
@@ -248,6 +250,9 @@ type planOptions struct {
 	noOneRow  bool // no one-row twins (WEFT_CUDA_ONEROW=0)
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
 	oneRowMax int  // weight bytes above which a launch has no one-row twin (0: oneRowMaxBytes)
+	// normThreads, a multiple of 32, bounds a norm block's threads (0:
+	// maxNormThreads; WEFT_CUDA_NORM_THREADS, for comparisons).
+	normThreads int
 }
 
 // planned is a checked program: its launches, how each weight is stored
@@ -547,7 +552,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		if op.Group <= 0 || !m.vector || m.cols != op.Group || cols(op.A)%op.Group != 0 || cols(op.Out) != cols(op.A) {
 			return nil, fmt.Errorf("norm %q of %d (f32=%v) over groups of %d in %d columns", m.name, m.cols, m.vector, op.Group, cols(op.A))
 		}
-		block := uint32(min(1024, (op.Group+31)/32*32))
+		block := uint32(min(cmp.Or(opt.normThreads, maxNormThreads), 1024, (op.Group+31)/32*32))
 		c := call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block, which: which,
 			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}}
 		if st.fuse != nil && op.Group == cols(op.A) && op.Group%32 == 0 {
