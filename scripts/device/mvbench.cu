@@ -51,36 +51,83 @@ __device__ __forceinline__ int q4dot(uint4 q, const int4* x) {
     return dot;
 }
 
+// mv_layout is a block's share of a one-row product: lanes a row (lpr),
+// warps a row (wpr), this lane's first chunk (sub) and stride (nsub).
+struct mv_layout {
+    int warp, lane, lpr, wpr, sub, nsub, nc;
+    u64 rowBytes, dOff;
+    __device__ mv_layout(int K, int N, int rpb) {
+        warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        lpr = rpb > 4 ? 128 / rpb : 32, wpr = rpb >= 4 ? 1 : 4 / rpb;
+        sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
+        nc = K >> 5, rowBytes = K / 2, dOff = (u64)N * rowBytes;
+    }
+    __device__ int row(int g, int rpb) const { return g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr; }
+};
+
+// mv_group computes group g (rpb rows) of a one-row Q4_0 product, B
+// chunks of a lane in flight; with pre, q and dw already hold the first B.
+template <int B>
+__device__ __forceinline__ void mv_group(const mv_layout& L, float* out, const signed char* qa, const float* da, const u8* w,
+                                         int N, int rpb, int g, float* part, uint4 (&q)[B], float (&dw)[B], bool pre) {
+    int j = L.row(g, rpb);
+    bool live = j < N;
+    const u8* row = w + (u64)(live ? j : 0) * L.rowBytes;
+    const u16* d = (const u16*)(w + L.dOff) + (u64)(live ? j : 0) * L.nc;
+    float acc = 0.f;
+    if (live)
+        for (int c0 = L.sub; c0 < L.nc; c0 += B * L.nsub) {
+            if (!pre) {
+#pragma unroll
+                for (int u = 0; u < B; u++) {
+                    int c = c0 + u * L.nsub;
+                    if (c < L.nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
+                }
+            }
+            pre = false;
+#pragma unroll
+            for (int u = 0; u < B; u++) {
+                int c = c0 + u * L.nsub;
+                if (c < L.nc) acc += dw[u] * da[c] * (float)q4dot(q[u], (const int4*)(qa + c * 32));
+            }
+        }
+    for (int o = L.lpr >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (L.wpr > 1) {
+        if (L.lane == 0) part[L.warp] = acc;
+        __syncthreads();
+        if (L.lane == 0 && L.warp % L.wpr == 0) { float s = 0; for (int x = 0; x < L.wpr; x++) s += part[L.warp + x]; acc = s; }
+        __syncthreads();
+    }
+    if (live && (L.lane & (L.lpr - 1)) == 0 && L.warp % L.wpr == 0) out[j] = acc;
+}
+
 // ---- variant "reg": the engine's kernel (warp or half warp a row, B loads in flight a lane) ----
 // PF 0: nothing before the dependency wait; 1: the block's first group of
 // rows prefetched into L2 by one bulk prefetch; 2: each lane's first B
 // chunks loaded into registers.
 template <int B, int PF>
 __global__ void __launch_bounds__(128) mv_reg(float* out, const signed char* qa, const float* da, const u8* w, int K, int N, int rpb) {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int lpr = rpb > 4 ? 128 / rpb : 32, wpr = rpb >= 4 ? 1 : 4 / rpb;
-    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
-    int nc = K >> 5, groups = (N + rpb - 1) / rpb;
-    u64 rowBytes = K / 2, dOff = (u64)N * rowBytes;
+    mv_layout L(K, N, rpb);
+    int groups = (N + rpb - 1) / rpb;
     __shared__ float part[4];
     uint4 q[B];
     float dw[B];
     int g = blockIdx.x;
     if (PF == 1 && threadIdx.x == 0 && g < groups) {
         int r0 = g * rpb, n = min(rpb, N - r0);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (u64)r0 * rowBytes), "r"((u32)(n * rowBytes)) : "memory");
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + dOff + (u64)r0 * nc * 2), "r"((u32)(n * nc * 2)) : "memory");
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (u64)r0 * L.rowBytes), "r"((u32)(n * L.rowBytes)) : "memory");
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + L.dOff + (u64)r0 * L.nc * 2), "r"((u32)(n * L.nc * 2)) : "memory");
     }
     bool pre = false;
     if (PF == 2 && g < groups) {
-        int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+        int j = L.row(g, rpb);
         if (j < N) {
-            const u8* row = w + (u64)j * rowBytes;
-            const u16* d = (const u16*)(w + dOff) + (u64)j * nc;
+            const u8* row = w + (u64)j * L.rowBytes;
+            const u16* d = (const u16*)(w + L.dOff) + (u64)j * L.nc;
 #pragma unroll
             for (int u = 0; u < B; u++) {
-                int c = sub + u * nsub;
-                if (c < nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
+                int c = L.sub + u * L.nsub;
+                if (c < L.nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
             }
             pre = true;
         }
@@ -88,36 +135,8 @@ __global__ void __launch_bounds__(128) mv_reg(float* out, const signed char* qa,
     pdl_wait();
     pdl_launch();
     for (; g < groups; g += gridDim.x) {
-        int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
-        bool live = j < N;
-        const u8* row = w + (u64)(live ? j : 0) * rowBytes;
-        const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * nc;
-        float acc = 0.f;
-        if (live)
-            for (int c0 = sub; c0 < nc; c0 += B * nsub) {
-                if (!pre) {
-#pragma unroll
-                    for (int u = 0; u < B; u++) {
-                        int c = c0 + u * nsub;
-                        if (c < nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
-                    }
-                }
-                pre = false;
-#pragma unroll
-                for (int u = 0; u < B; u++) {
-                    int c = c0 + u * nsub;
-                    if (c < nc) acc += dw[u] * da[c] * (float)q4dot(q[u], (const int4*)(qa + c * 32));
-                }
-            }
+        mv_group<B>(L, out, qa, da, w, N, rpb, g, part, q, dw, pre);
         pre = false;
-        for (int o = lpr >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (wpr > 1) {
-            if (lane == 0) part[warp] = acc;
-            __syncthreads();
-            if (lane == 0 && warp % wpr == 0) { float s = 0; for (int x = 0; x < wpr; x++) s += part[warp + x]; acc = s; }
-            __syncthreads();
-        }
-        if (live && (lane & (lpr - 1)) == 0 && warp % wpr == 0) out[j] = acc;
     }
 }
 
@@ -136,18 +155,17 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 template <int PF>
 __global__ void __launch_bounds__(128) mv_persist(float* out, const signed char* qa, const float* da, u8* const* ws, int nops,
                                                   int K, int N, int rpb, unsigned* bar) {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int lpr = rpb > 4 ? 128 / rpb : 32, wpr = rpb >= 4 ? 1 : 4 / rpb;
-    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
-    int nc = K >> 5, groups = (N + rpb - 1) / rpb;
-    u64 rowBytes = K / 2, dOff = (u64)N * rowBytes;
+    mv_layout L(K, N, rpb);
+    int groups = (N + rpb - 1) / rpb;
     __shared__ float part[4];
+    uint4 q[4];
+    float dw[4];
     pdl_wait();
     for (int op = 0; op < nops; op++) {
         const u8* w = ws[op];
         if (PF && threadIdx.x == 0 && (int)blockIdx.x < groups) {
             int r0 = blockIdx.x * rpb, n = min(rpb, N - r0);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (u64)r0 * rowBytes), "r"((u32)(n * rowBytes)) : "memory");
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (u64)r0 * L.rowBytes), "r"((u32)(n * L.rowBytes)) : "memory");
         }
         if (op > 0) {
             // Bounded, so that a grid that is not co-resident fails the
@@ -157,36 +175,7 @@ __global__ void __launch_bounds__(128) mv_persist(float* out, const signed char*
                 }
             __syncthreads();
         }
-        for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-            int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
-            bool live = j < N;
-            const u8* row = w + (u64)(live ? j : 0) * rowBytes;
-            const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * nc;
-            float acc = 0.f;
-            if (live)
-                for (int c0 = sub; c0 < nc; c0 += 4 * nsub) {
-                    uint4 q[4];
-                    float dw[4];
-#pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        int c = c0 + u * nsub;
-                        if (c < nc) { q[u] = ldw(row + (u64)c * 16); dw[u] = h2f(d[c]); }
-                    }
-#pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        int c = c0 + u * nsub;
-                        if (c < nc) acc += dw[u] * da[c] * (float)q4dot(q[u], (const int4*)(qa + c * 32));
-                    }
-                }
-            for (int o = lpr >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-            if (wpr > 1) {
-                if (lane == 0) part[warp] = acc;
-                __syncthreads();
-                if (lane == 0 && warp % wpr == 0) { float s = 0; for (int x = 0; x < wpr; x++) s += part[warp + x]; acc = s; }
-                __syncthreads();
-            }
-            if (live && (lane & (lpr - 1)) == 0 && warp % wpr == 0) out[j] = acc;
-        }
+        for (int g = blockIdx.x; g < groups; g += gridDim.x) mv_group<4>(L, out, qa, da, w, N, rpb, g, part, q, dw, false);
         __syncthreads();
         if (threadIdx.x == 0) {
             __threadfence();
