@@ -302,9 +302,10 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
 }
 
 // GLU_ROWS output rows of a GLU block: one int8 block of the down
-// product's input. The block's warps (at most GLU_WARPS; the plan picks)
-// take its rows a warp (or, for rows of at most 64 chunks, half a warp) a
-// row, gate and up together.
+// product's input. The block's warps (a power of two, at most GLU_WARPS,
+// so that its passes tile GLU_ROWS; the plan picks) take its rows a warp
+// (or, for rows of at most 64 chunks, half a warp) a row, gate and up
+// together.
 #define GLU_ROWS 32
 #define GLU_WARPS 8
 
