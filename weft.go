@@ -52,6 +52,7 @@ type loadOptions struct {
 	memoryLimit int64
 	gpuLayers   int       // -1: as many as fit (the default when a GPU backend is chosen)
 	tensorSplit []float64 // each GPU's share of the GPU layers; nil: by free memory
+	cacheType   string    // engine.Options.CacheType
 	// cpuFallback is set by chooseBackend: why "auto" chose the CPU
 	// although a driver is installed.
 	cpuFallback error
@@ -65,6 +66,10 @@ type Option func(*loadOptions)
 // WithContext sets the most tokens a sequence may hold (default: the
 // model's context length, capped at 4096).
 func WithContext(n int) Option { return func(o *loadOptions) { o.context = n } }
+
+// WithCacheType sets how the key/value cache stores its values: "f32"
+// (the default) or "f16" (half the memory, rounded as it is stored).
+func WithCacheType(t string) Option { return func(o *loadOptions) { o.cacheType = t } }
 
 // WithThreads sets the CPU worker count (default: one per CPU).
 func WithThreads(n int) Option { return func(o *loadOptions) { o.threads = n } }
@@ -183,7 +188,7 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 				path, humanBytes(need), max(o.parallel, 1), ctxLen, humanBytes(o.memoryLimit))
 		}
 	}
-	eng, err := engine.Load(w, be, engine.Options{Context: ctxLen, Slots: o.parallel, MaxBatch: o.batch,
+	eng, err := engine.Load(w, be, engine.Options{Context: ctxLen, Slots: o.parallel, MaxBatch: o.batch, CacheType: o.cacheType,
 		Progress: func(stage string, done, total int) { report(stage, done, total) }})
 	if err != nil {
 		be.Close()

@@ -126,10 +126,13 @@ type RopeTable struct {
 // Cache describes layer Layer's key/value cache: Capacity positions of
 // KVDim floats each for K and for V, per sequence slot. A sliding-window
 // layer needs only Window + MaxRows positions and is used as a ring.
+// With F16 the keys and values are stored as IEEE half floats (rounded to
+// nearest even as they are stored), half the memory of float32.
 type Cache struct {
 	Layer    int
 	KVDim    int
 	Capacity int
+	F16      bool
 }
 
 // Program is the whole per-token plan of a model.

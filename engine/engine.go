@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/weftlm/weft/backend"
@@ -28,7 +30,14 @@ type Options struct {
 	// Progress, when set, is told about the loading stages: "weights"
 	// (done of total tensors prepared), "compile", "warmup".
 	Progress func(stage string, done, total int)
+	// CacheType is how the key/value cache stores its values: "f32" (the
+	// default when empty) or "f16" (IEEE half floats, half the memory;
+	// llama.cpp's default).
+	CacheType string
 }
+
+// CacheTypes are the key/value cache types Options.CacheType takes.
+var CacheTypes = []string{"f32", "f16"}
 
 // DefaultContext caps the context when the caller names none, so a model
 // trained for 128k positions does not reserve a 128k cache by default.
@@ -71,6 +80,9 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 		return nil, fmt.Errorf("engine: %s: no architecture descriptor", p.Path)
 	}
 	cfg := p.Config
+	if opts.CacheType != "" && !slices.Contains(CacheTypes, opts.CacheType) {
+		return nil, fmt.Errorf("engine: cache type %q: want one of %s", opts.CacheType, strings.Join(CacheTypes, ", "))
+	}
 	ctx := opts.Context
 	if ctx <= 0 {
 		ctx = min(cfg.ContextLength, DefaultContext)
@@ -97,6 +109,9 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 	prog, err := buildProgram(p, maxBatch, slots, ctx, func(done, total int) { progress("weights", done, total) })
 	if err != nil {
 		return nil, fmt.Errorf("engine: %s: %w", p.Path, err)
+	}
+	for i := range prog.Caches {
+		prog.Caches[i].F16 = opts.CacheType == "f16"
 	}
 	progress("compile", 0, 1)
 	exec, err := be.Compile(prog)

@@ -20,6 +20,7 @@ import (
 	"runtime"
 
 	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/quant"
 )
 
 // Backend is the CPU backend.
@@ -63,9 +64,11 @@ func (b *Backend) Supports(weightType string) bool { return supported[weightType
 func (b *Backend) Close() error { return nil }
 
 // kvCache holds one layer's keys and values for every slot:
-// k[slot][pos % capacity][kvDim].
+// k[slot][pos % capacity][kvDim], as float32 (k, v) or, for an F16 cache,
+// as IEEE half floats (k16, v16).
 type kvCache struct {
 	k, v     []float32
+	k16, v16 []uint16
 	capacity int
 	kvDim    int
 }
@@ -141,7 +144,13 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	maxCap := 0
 	for _, c := range p.Caches {
 		n := p.Slots * c.Capacity * c.KVDim
-		e.kv = append(e.kv, kvCache{k: make([]float32, n), v: make([]float32, n), capacity: c.Capacity, kvDim: c.KVDim})
+		kv := kvCache{capacity: c.Capacity, kvDim: c.KVDim}
+		if c.F16 {
+			kv.k16, kv.v16 = make([]uint16, n), make([]uint16, n)
+		} else {
+			kv.k, kv.v = make([]float32, n), make([]float32, n)
+		}
+		e.kv = append(e.kv, kv)
 		maxCap = max(maxCap, c.Capacity)
 	}
 	for _, r := range p.Ropes {
@@ -235,7 +244,14 @@ func (e *exec) ReadKeys(layer, slot, pos, n int, dst []float32) error {
 	}
 	for i := 0; i < n; i++ {
 		at := (slot*c.capacity + (pos+i)%c.capacity) * c.kvDim
-		copy(dst[i*c.kvDim:(i+1)*c.kvDim], c.k[at:at+c.kvDim])
+		row := dst[i*c.kvDim : (i+1)*c.kvDim]
+		if c.k16 != nil {
+			for j, h := range c.k16[at : at+c.kvDim] {
+				row[j] = quant.F16ToF32(h)
+			}
+			continue
+		}
+		copy(row, c.k[at:at+c.kvDim])
 	}
 	return nil
 }

@@ -119,6 +119,7 @@ func init() {
 func (k *isa) setVector() {
 	k.convert, k.dot = convertSIMD, dotGo
 	k.scores, k.expSub, k.wsum, k.siluMul, k.geluMul = scoresSIMD, expSubSIMD, wsumSIMD, siluMulSIMD, geluMulSIMD
+	k.scores16, k.wsum16 = scores16SIMD, wsum16SIMD
 }
 
 // gemmAsm runs the assembly kernels of the packed matrix's format (the

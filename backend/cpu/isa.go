@@ -27,6 +27,9 @@ type isa struct {
 	wsum    func(p, v []float32, vstride int, out []float32)
 	siluMul func(a, b, out []float32)
 	geluMul func(a, b, out []float32)
+	// scores and wsum over a cache of IEEE half floats
+	scores16 func(q []float32, k []uint16, kstride int, out []float32, scale float32)
+	wsum16   func(p []float32, v []uint16, vstride int, out []float32)
 }
 
 var portable = &isa{
@@ -40,6 +43,9 @@ var portable = &isa{
 	wsum:    wsumGo,
 	siluMul: siluMulGo,
 	geluMul: geluMulGo,
+
+	scores16: scores16Go,
+	wsum16:   wsum16Go,
 }
 
 // isas lists the levels this machine can run, best first; the portable

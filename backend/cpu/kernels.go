@@ -103,6 +103,11 @@ func (e *exec) storeKVBody(op *backend.Op) func(lo, hi, worker int) {
 	return func(lo, hi, _ int) {
 		for r := lo; r < hi; r++ {
 			at := (int(e.batch.Slots[r])*c.capacity + int(e.batch.Pos[r])%c.capacity) * d
+			if c.k16 != nil {
+				toF16(c.k16[at:at+d], kIn[r*d:(r+1)*d])
+				toF16(c.v16[at:at+d], vIn[r*d:(r+1)*d])
+				continue
+			}
 			copy(c.k[at:at+d], kIn[r*d:(r+1)*d])
 			copy(c.v[at:at+d], vIn[r*d:(r+1)*d])
 		}
@@ -132,7 +137,11 @@ func (e *exec) attentionBody(op *backend.Op) func(lo, hi, worker int) {
 				slot := j % c.capacity
 				n := min(pos-j+1, c.capacity-slot)
 				at := base + slot*c.kvDim
-				k.scores(qh, c.k[at:], c.kvDim, scores[j-first:j-first+n], scale)
+				if c.k16 != nil {
+					k.scores16(qh, c.k16[at:], c.kvDim, scores[j-first:j-first+n], scale)
+				} else {
+					k.scores(qh, c.k[at:], c.kvDim, scores[j-first:j-first+n], scale)
+				}
 				j += n
 			}
 			if softcap > 0 {
@@ -154,10 +163,16 @@ func (e *exec) attentionBody(op *backend.Op) func(lo, hi, worker int) {
 				slot := j % c.capacity
 				n := min(pos-j+1, c.capacity-slot)
 				at := base + slot*c.kvDim
-				if j == first {
-					k.wsum(scores[:n], c.v[at:], c.kvDim, o)
+				dst := o
+				if j != first {
+					dst = tmp
+				}
+				if c.v16 != nil {
+					k.wsum16(scores[j-first:j-first+n], c.v16[at:], c.kvDim, dst)
 				} else {
-					k.wsum(scores[j-first:j-first+n], c.v[at:], c.kvDim, tmp)
+					k.wsum(scores[j-first:j-first+n], c.v[at:], c.kvDim, dst)
+				}
+				if j != first {
 					for i, v := range tmp {
 						o[i] += v
 					}

@@ -3,6 +3,8 @@ package cpu
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/weftlm/weft/quant"
 )
 
 // The portable vector kernels for attention and activations; vec_amd64.go
@@ -33,6 +35,44 @@ func wsumGo(p, v []float32, vstride int, out []float32) {
 	clear(out)
 	for j, pj := range p {
 		axpyGo(pj, v[j*vstride:j*vstride+len(out)], out)
+	}
+}
+
+// scores16Go is scoresGo over keys stored as IEEE half floats.
+func scores16Go(q []float32, k []uint16, kstride int, out []float32, scale float32) {
+	hd := len(q)
+	for j := range out {
+		kj := k[j*kstride : j*kstride+hd]
+		var s0, s1, s2, s3 float32
+		i := 0
+		for ; i+4 <= hd; i += 4 {
+			s0 += q[i] * quant.F16ToF32(kj[i])
+			s1 += q[i+1] * quant.F16ToF32(kj[i+1])
+			s2 += q[i+2] * quant.F16ToF32(kj[i+2])
+			s3 += q[i+3] * quant.F16ToF32(kj[i+3])
+		}
+		for ; i < hd; i++ {
+			s0 += q[i] * quant.F16ToF32(kj[i])
+		}
+		out[j] = ((s0 + s1) + (s2 + s3)) * scale
+	}
+}
+
+// wsum16Go is wsumGo over values stored as IEEE half floats.
+func wsum16Go(p []float32, v []uint16, vstride int, out []float32) {
+	clear(out)
+	for j, pj := range p {
+		for d, h := range v[j*vstride : j*vstride+len(out)] {
+			out[d] += pj * quant.F16ToF32(h)
+		}
+	}
+}
+
+// toF16 stores src as IEEE half floats, rounded to nearest even.
+func toF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, x := range src {
+		dst[i] = quant.F32ToF16(x)
 	}
 }
 

@@ -18,6 +18,12 @@ func scoresAVX2(q, k *float32, hd, kstride, n int, out *float32, scale float32)
 func wsumAVX2(p *float32, n int, v *float32, vstride, hd int, out *float32)
 
 //go:noescape
+func scores16AVX2(q *float32, k *uint16, hd, kstride, n int, out *float32, scale float32)
+
+//go:noescape
+func wsum16AVX2(p *float32, n int, v *uint16, vstride, hd int, out *float32)
+
+//go:noescape
 func quantQ8AVX2(x *float32, nb int, dst *byte, stride int)
 
 //go:noescape
@@ -62,6 +68,27 @@ func scoresSIMD(q, k []float32, kstride int, out []float32, scale float32) {
 		return
 	}
 	scoresAVX2(&q[0], &k[0], hd, 4*kstride, n, &out[0], scale)
+}
+
+func scores16SIMD(q []float32, k []uint16, kstride int, out []float32, scale float32) {
+	hd, n := len(q), len(out)
+	if n == 0 {
+		return
+	}
+	if hd%16 != 0 || len(k) < (n-1)*kstride+hd {
+		scores16Go(q, k, kstride, out, scale)
+		return
+	}
+	scores16AVX2(&q[0], &k[0], hd, 2*kstride, n, &out[0], scale)
+}
+
+func wsum16SIMD(p []float32, v []uint16, vstride int, out []float32) {
+	hd, n := len(out), len(p)
+	if n == 0 || hd%8 != 0 || len(v) < (n-1)*vstride+hd {
+		wsum16Go(p, v, vstride, out)
+		return
+	}
+	wsum16AVX2(&p[0], n, &v[0], 2*vstride, hd, &out[0])
 }
 
 func expSubSIMD(x []float32, m float32) float32 {

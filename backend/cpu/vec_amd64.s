@@ -253,6 +253,109 @@ wsum_done:
 	VZEROUPPER
 	RET
 
+// func scores16AVX2(q *float32, k *uint16, hd, kstride, n int, out *float32, scale float32)
+// scoresAVX2 over keys of IEEE half floats (F16C), kstride bytes apart.
+TEXT ·scores16AVX2(SB), NOSPLIT, $0-52
+	MOVQ q+0(FP), SI
+	MOVQ k+8(FP), DI
+	MOVQ hd+16(FP), R8
+	MOVQ kstride+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ out+40(FP), DX
+	VMOVSS scale+48(FP), X7
+scores16_key:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX
+	XORQ R10, R10
+	MOVQ R8, BX
+scores16_d:
+	VCVTPH2PS (DI)(R10*1), Y2
+	VFMADD231PS (SI)(AX*1), Y2, Y0
+	VCVTPH2PS 16(DI)(R10*1), Y3
+	VFMADD231PS 32(SI)(AX*1), Y3, Y1
+	ADDQ $64, AX
+	ADDQ $32, R10
+	SUBQ $16, BX
+	JNZ scores16_d
+	VADDPS Y1, Y0, Y0
+	HSUM(Y0, X0, X1)
+	VMULSS X7, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	ADDQ R9, DI
+	DECQ CX
+	JNZ scores16_key
+	VZEROUPPER
+	RET
+
+// func wsum16AVX2(p *float32, n int, v *uint16, vstride, hd int, out *float32)
+// wsumAVX2 over values of IEEE half floats (F16C), vstride bytes apart.
+TEXT ·wsum16AVX2(SB), NOSPLIT, $0-48
+	MOVQ hd+32(FP), R8
+	MOVQ out+40(FP), DX
+	MOVQ vstride+24(FP), R9
+	XORQ AX, AX
+wsum16_chunk32:
+	CMPQ R8, $32
+	JLT wsum16_chunk8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ v+16(FP), DI
+	MOVQ AX, R10
+	SHRQ $1, R10
+	ADDQ R10, DI
+wsum16_row32:
+	VBROADCASTSS (SI), Y4
+	VCVTPH2PS (DI), Y5
+	VFMADD231PS Y5, Y4, Y0
+	VCVTPH2PS 16(DI), Y6
+	VFMADD231PS Y6, Y4, Y1
+	VCVTPH2PS 32(DI), Y5
+	VFMADD231PS Y5, Y4, Y2
+	VCVTPH2PS 48(DI), Y6
+	VFMADD231PS Y6, Y4, Y3
+	ADDQ $4, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ wsum16_row32
+	VMOVUPS Y0, (DX)(AX*1)
+	VMOVUPS Y1, 32(DX)(AX*1)
+	VMOVUPS Y2, 64(DX)(AX*1)
+	VMOVUPS Y3, 96(DX)(AX*1)
+	ADDQ $128, AX
+	SUBQ $32, R8
+	JMP wsum16_chunk32
+wsum16_chunk8:
+	TESTQ R8, R8
+	JZ wsum16_done
+	VXORPS Y0, Y0, Y0
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ v+16(FP), DI
+	MOVQ AX, R10
+	SHRQ $1, R10
+	ADDQ R10, DI
+wsum16_row8:
+	VBROADCASTSS (SI), Y4
+	VCVTPH2PS (DI), Y5
+	VFMADD231PS Y5, Y4, Y0
+	ADDQ $4, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ wsum16_row8
+	VMOVUPS Y0, (DX)(AX*1)
+	ADDQ $32, AX
+	SUBQ $8, R8
+	JMP wsum16_chunk8
+wsum16_done:
+	VZEROUPPER
+	RET
+
 // func streamXorAVX2(p *byte, n int) uint64
 // XORs n bytes (a multiple of 256) 32 bytes at a time into eight chains:
 // a streaming read with no work attached, for the bandwidth benchmark.

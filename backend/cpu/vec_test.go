@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/quant"
 )
 
 func randFloats(rng *rand.Rand, n int, scale float64) []float32 {
@@ -104,6 +105,59 @@ func TestVectorKernels(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestHalfCacheKernels compares every level's attention kernels over a
+// cache of IEEE half floats with float64 references on the same halves,
+// and checks toF16 against quant's rounding.
+func TestHalfCacheKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for _, k := range isas {
+		for _, hd := range []int{8, 16, 24, 64, 80, 128} {
+			for _, n := range []int{1, 3, 17, 100} {
+				name := fmt.Sprintf("%s/hd%d/n%d", k.name, hd, n)
+				stride := hd*3 + 8
+				q := randFloats(rng, hd, 1)
+				kv32 := randFloats(rng, (n-1)*stride+hd, 1)
+				kv := make([]uint16, len(kv32))
+				toF16(kv, kv32)
+				at := func(i int) float64 { return float64(quant.F16ToF32(kv[i])) }
+				scores := make([]float32, n)
+				k.scores16(q, kv, stride, scores, 0.125)
+				for j := range n {
+					var want, mag float64
+					for d := range hd {
+						want += float64(q[d]) * at(j*stride+d)
+						mag += math.Abs(float64(q[d]) * at(j*stride+d))
+					}
+					if !closeTo(float64(scores[j]), 0.125*want, 1e-6, 0.125*mag) {
+						t.Fatalf("%s: score %d = %g, want %g", name, j, scores[j], 0.125*want)
+					}
+				}
+				p := randFloats(rng, n, 1)
+				out := randFloats(rng, hd, 1) // overwritten
+				k.wsum16(p, kv, stride, out)
+				for d := range hd {
+					var want, mag float64
+					for j := range n {
+						want += float64(p[j]) * at(j*stride+d)
+						mag += math.Abs(float64(p[j]) * at(j*stride+d))
+					}
+					if !closeTo(float64(out[d]), want, 1e-6, mag) {
+						t.Fatalf("%s: wsum[%d] = %g, want %g", name, d, out[d], want)
+					}
+				}
+			}
+		}
+	}
+	x := []float32{0, float32(math.Copysign(0, -1)), 1, 65504, 65520, 1e-8, float32(math.Inf(-1)), 3.14159}
+	h := make([]uint16, len(x))
+	toF16(h, x)
+	for i, v := range x {
+		if h[i] != quant.F32ToF16(v) {
+			t.Errorf("toF16(%g) = %#x, want %#x", v, h[i], quant.F32ToF16(v))
 		}
 	}
 }

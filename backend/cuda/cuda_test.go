@@ -447,6 +447,7 @@ func TestPlanRejects(t *testing.T) {
 		{"unsupported type", func(p *backend.Program) { p.Weights[2].Tensor.Type, p.Weights[2].Tensor.HasGGML = "U32", false }, "type U32 is not supported"},
 		{"short data", func(p *backend.Program) { p.Weights[2].Data.Bytes = p.Weights[2].Data.Bytes[:10] }, "10 bytes"},
 		{"unknown op", func(p *backend.Program) { p.Ops[0].Kind = 99 }, "unsupported op"},
+		{"f16 cache", func(p *backend.Program) { p.Caches[0].F16 = true }, "f16 key/value cache is not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validProgram(t)

@@ -335,6 +335,9 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 		if c.Layer != l || c.KVDim < 0 || c.Capacity < 0 {
 			return nil, fmt.Errorf("cuda: cache %d is for layer %d with %d columns and %d positions", l, c.Layer, c.KVDim, c.Capacity)
 		}
+		if c.F16 {
+			return nil, fmt.Errorf("cuda: layer %d: an f16 key/value cache is not supported on the GPU yet (use the f32 cache type)", l)
+		}
 	}
 	st := &planState{}
 	fusedAdd := -1 // the op index of an add folded into the product before it

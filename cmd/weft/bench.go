@@ -42,6 +42,7 @@ type benchSpec struct {
 	backend                              string // "cpu", "cuda" or "auto"
 	gpuLayers                            int
 	tensorSplit                          []float64
+	cacheType                            string    // engine.Options.CacheType
 	profile                              io.Writer // CPU profile of the timed runs, if set
 }
 
@@ -58,6 +59,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&s.backend, "backend", "auto", backendUsage)
 	fs.IntVar(&s.gpuLayers, "n-gpu-layers", -1, gpuLayersUsage)
 	tensorSplit := fs.String("tensor-split", "", tensorSplitUsage)
+	fs.StringVar(&s.cacheType, "cache-type", "f32", cacheTypeUsage)
 	asJSON := fs.Bool("json", false, "print a JSON list instead of a table")
 	profile := fs.String("cpuprofile", "", "write a Go CPU profile of the timed runs to this file")
 	if _, err := parseFlags(fs, args); err != nil {
@@ -145,7 +147,7 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	if plan != nil {
 		fmt.Fprintf(stderr, "weft: %s\n", plan)
 	}
-	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: batch})
+	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: batch, CacheType: s.cacheType})
 	if err != nil {
 		return nil, err
 	}

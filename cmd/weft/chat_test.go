@@ -142,6 +142,14 @@ func TestRunCommand(t *testing.T) {
 	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--json-schema", schema); code != 1 || !strings.Contains(stderr, "schema.json: schema: the top level") {
 		t.Errorf("bad --json-schema: exit %d, stderr %q", code, stderr)
 	}
+	// An f16 key/value cache gives stories260K's greedy text unchanged.
+	greedy, _, _ := runWeft(t, "run", "-m", storiesPath(t), "-p", "Once upon a time", "--temp", "0", "-n", "40", "--backend", "cpu")
+	if got, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "-p", "Once upon a time", "--temp", "0", "-n", "40", "--backend", "cpu", "--cache-type", "f16"); code != 0 || got != greedy {
+		t.Errorf("--cache-type f16: exit %d, stderr %q\n got %q\nwant %q", code, stderr, got, greedy)
+	}
+	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--cache-type", "q4"); code != 1 || !strings.Contains(stderr, `cache type "q4": want one of f32, f16`) {
+		t.Errorf("bad --cache-type: exit %d, stderr %q", code, stderr)
+	}
 	if _, stderr, code := runWeft(t, "run", "-m", storiesPath(t), "--tensor-split", "a,b"); code != 2 || !strings.Contains(stderr, "--tensor-split") {
 		t.Errorf("bad --tensor-split: exit %d, stderr %q", code, stderr)
 	}

@@ -33,6 +33,7 @@ type genFlags struct {
 	backend       *string
 	gpuLayers     *int
 	tensorSplit   *string
+	cacheType     *string
 }
 
 func addGenFlags(fs *flag.FlagSet, defaultN int) *genFlags {
@@ -51,6 +52,7 @@ func addGenFlags(fs *flag.FlagSet, defaultN int) *genFlags {
 		backend:       fs.String("backend", "auto", backendUsage),
 		gpuLayers:     fs.Int("n-gpu-layers", -1, gpuLayersUsage),
 		tensorSplit:   fs.String("tensor-split", "", tensorSplitUsage),
+		cacheType:     fs.String("cache-type", "f32", cacheTypeUsage),
 	}
 }
 
@@ -73,7 +75,7 @@ func (g *genFlags) load(ctx context.Context, stderr io.Writer) (*weft.Model, err
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	opts := []weft.Option{weft.WithContext(*g.ctx), weft.WithThreads(*g.threads), weft.WithBackend(*g.backend),
-		weft.WithGPULayers(*g.gpuLayers), weft.WithTensorSplit(shares)}
+		weft.WithGPULayers(*g.gpuLayers), weft.WithTensorSplit(shares), weft.WithCacheType(*g.cacheType)}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts = append(opts, weft.WithProgress(progressBar(stderr)))
 	}
@@ -99,6 +101,7 @@ const (
 	backendUsage     = "compute backend: cpu, cuda, or auto (NVIDIA GPUs when one can be used, else the CPU)"
 	gpuLayersUsage   = "with a GPU backend: put only the last N layers and the output on GPUs, failing when they do not fit (-1: as many as fit in free memory)"
 	tensorSplitUsage = "with several GPUs: each one's share of the GPU layers, comma-separated in device order, e.g. 3,1 (default: one GPU when the model fits, else by free memory)"
+	cacheTypeUsage   = "key/value cache storage: f32, or f16 (half the memory, llama.cpp's default)"
 )
 
 // progressBar draws one line on a terminal, rewritten in place.

@@ -38,6 +38,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	backendName := fs.String("backend", "auto", backendUsage)
 	gpuLayers := fs.Int("n-gpu-layers", -1, gpuLayersUsage)
 	tensorSplit := fs.String("tensor-split", "", tensorSplitUsage)
+	cacheType := fs.String("cache-type", "f32", cacheTypeUsage)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -73,7 +74,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// A replay is never narrower than the parallelism: the scheduler
 	// decodes every running request in one.
 	opts := []weft.Option{weft.WithContext(*ctxLen), weft.WithThreads(*threads), weft.WithParallel(*parallel),
-		weft.WithBackend(*backendName), weft.WithGPULayers(*gpuLayers), weft.WithTensorSplit(shares)}
+		weft.WithBackend(*backendName), weft.WithGPULayers(*gpuLayers), weft.WithTensorSplit(shares), weft.WithCacheType(*cacheType)}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts = append(opts, weft.WithProgress(progressBar(stderr)))
 	}
