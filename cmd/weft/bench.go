@@ -26,7 +26,7 @@ func init() {
 // benchResult is one line of `weft bench --json`, named as llama-bench's
 // fields are but in weft's spelling.
 type benchResult struct {
-	Test       string    `json:"test"` // "pp512", "tg128", "tg128 @ d4096"
+	Test       string    `json:"test"` // "pp512", "tg128", "tg128 @ d4096", "tg128 x4" (4 sequences at once)
 	TokPerSec  float64   `json:"tokens_per_second"`
 	Stddev     float64   `json:"stddev"`
 	Threads    int       `json:"threads"`
@@ -39,6 +39,7 @@ type benchResult struct {
 type benchSpec struct {
 	prompt, gen, repeats, threads, batch int
 	depth                                int    // tokens in the context before each test
+	parallel                             int    // sequences the tg test decodes at once
 	backend                              string // "cpu", "cuda" or "auto"
 	gpuLayers                            int
 	tensorSplit                          []float64
@@ -53,6 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.prompt, "p", 512, "prompt tokens processed in one prefill (0: skip the pp test)")
 	fs.IntVar(&s.gen, "n", 128, "tokens generated one decode step at a time (0: skip the tg test)")
 	fs.IntVar(&s.depth, "d", 0, "tokens already in the context when each test starts (llama-bench's -d)")
+	fs.IntVar(&s.parallel, "parallel", 1, "sequences the tg test decodes together, one token each a step (tok/s counts them all)")
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
@@ -72,6 +74,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: -p %d -n %d: need a positive prompt or generation length", errUsage, s.prompt, s.gen)
 	case s.depth < 0:
 		return fmt.Errorf("%w: -d %d: need zero or more tokens", errUsage, s.depth)
+	case s.parallel < 1:
+		return fmt.Errorf("%w: --parallel %d: need at least one sequence", errUsage, s.parallel)
 	case s.repeats < 1:
 		return fmt.Errorf("%w: -r %d: need at least one repetition", errUsage, s.repeats)
 	case s.threads < 1:
@@ -136,10 +140,10 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	if positions > w.Config.ContextLength {
 		return nil, fmt.Errorf("%s: %d positions exceed the model's context of %d", path, positions, w.Config.ContextLength)
 	}
-	batch := min(s.batch, max(s.prompt, s.depth, 1))
+	batch := max(min(s.batch, max(s.prompt, s.depth, 1)), s.parallel)
 	be, plan, _, err := weft.NewBackend(w, positions, weft.WithBackend(s.backend), weft.WithThreads(s.threads),
 		weft.WithGPULayers(s.gpuLayers), weft.WithTensorSplit(s.tensorSplit), weft.WithContext(positions),
-		weft.WithBatch(batch))
+		weft.WithBatch(batch), weft.WithParallel(s.parallel), weft.WithCacheType(s.cacheType))
 	if err != nil {
 		return nil, err
 	}
@@ -147,38 +151,46 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	if plan != nil {
 		fmt.Fprintf(stderr, "weft: %s\n", plan)
 	}
-	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: batch, CacheType: s.cacheType})
+	m, err := engine.Load(w, be, engine.Options{Context: positions, MaxBatch: batch, Slots: s.parallel, CacheType: s.cacheType})
 	if err != nil {
 		return nil, err
 	}
 	defer m.Close()
-	seq, err := m.NewSequence()
-	if err != nil {
-		return nil, err
+	seqs := make([]*engine.Sequence, s.parallel)
+	for i := range seqs {
+		if seqs[i], err = m.NewSequence(); err != nil {
+			return nil, err
+		}
+		defer seqs[i].Close()
 	}
-	defer seq.Close()
+	seq := seqs[0]
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	token := func() int32 { return int32(rng.IntN(m.Vocab())) }
 	logits := make([]float32, m.Vocab())
-	// start puts the sequence at the test's depth: the first time by a
+	// start puts the sequences at the test's depth: the first time by a
 	// prefill of random tokens (untimed, outside the measured runs), then
 	// by rewinding to it.
 	filled := false
 	start := func() error {
-		if filled {
-			return seq.Rewind(s.depth)
-		}
-		if err := seq.Rewind(0); err != nil {
-			return err
-		}
-		ctx := make([]int32, s.depth)
-		for i := range ctx {
-			ctx[i] = token()
-		}
-		if s.depth > 0 {
-			if err := seq.ForwardInto(ctx, false, logits); err != nil {
+		for _, seq := range seqs {
+			if filled {
+				if err := seq.Rewind(s.depth); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := seq.Rewind(0); err != nil {
 				return err
+			}
+			ctx := make([]int32, s.depth)
+			for i := range ctx {
+				ctx[i] = token()
+			}
+			if s.depth > 0 {
+				if err := seq.ForwardInto(ctx, false, logits); err != nil {
+					return err
+				}
 			}
 		}
 		filled = true
@@ -195,13 +207,23 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 		return seq.ForwardInto(prompt, false, logits)
 	}
 	one := []int32{0}
+	toks, all := make([]int32, s.parallel), make([]float32, s.parallel*m.Vocab())
 	tg := func(steps int) error {
 		if err := start(); err != nil {
 			return err
 		}
 		for range steps {
-			one[0] = token()
-			if err := seq.ForwardInto(one, false, logits); err != nil {
+			if s.parallel == 1 {
+				one[0] = token()
+				if err := seq.ForwardInto(one, false, logits); err != nil {
+					return err
+				}
+				continue
+			}
+			for i := range toks {
+				toks[i] = token()
+			}
+			if err := m.Step(seqs, toks, all); err != nil {
 				return err
 			}
 		}
@@ -245,7 +267,10 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	}
 	if s.gen > 0 {
 		name := fmt.Sprintf("tg%d%s", s.gen, at)
-		if err := measure(name, s.gen, func() error { return tg(min(s.gen, 4)) }, func() error { return tg(s.gen) }); err != nil {
+		if s.parallel > 1 {
+			name = fmt.Sprintf("tg%d x%d%s", s.gen, s.parallel, at)
+		}
+		if err := measure(name, s.gen*s.parallel, func() error { return tg(min(s.gen, 4)) }, func() error { return tg(s.gen) }); err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", path, name, err)
 		}
 	}

@@ -50,8 +50,20 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("depth: %v, tests %+v", err, res)
 	}
 
+	// Several sequences decoding together, counted together, with an f16
+	// cache.
+	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-d", "10", "-p", "0", "-n", "5", "-r", "1", "--parallel", "3", "--cache-type", "f16", "--json")
+	if code != 0 {
+		t.Fatalf("parallel: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || len(res) != 1 || res[0].Test != "tg5 x3 @ d10" || !(res[0].TokPerSec > 0) {
+		t.Fatalf("parallel: %v, tests %+v", err, res)
+	}
+
 	for _, bad := range [][]string{
 		{"bench"},
+		{"bench", "-m", model, "--parallel", "0"},
+		{"bench", "-m", model, "--cache-type", "f8"},
 		{"bench", "-m", model, "-d", "-1"},
 		{"bench", "-m", model, "-d", "100000"}, // past the model's context
 		{"bench", "-m", model, "-p", "0", "-n", "0"},
