@@ -8,7 +8,9 @@
 # TYPES (default "Q4_0 Q8_0 BF16"), SHAPES ("1b 8b"), DEPTHS ("0 4096")
 # and ENVS (extra "VAR=value" settings, each a further run of the new
 # build) choose what runs; PP=1 adds pp512 of the new build, and PP_ENVS
-# (settings again) further pp512 runs of it, e.g. PP_ENVS=WEFT_MMQ=1.
+# (settings again) further pp512 runs of it, e.g. PP_ENVS=WEFT_MMQ=1;
+# PAR (e.g. "4 8") adds tg128 of both builds with that many sequences
+# decoding together (weft bench --parallel; both builds need it).
 set -u
 cd "$(dirname "$0")"; D=$PWD; M=/tmp/weft-models; mkdir -p "$M"; rm -f "$M/.ready"
 OUT=${OUT:-/tmp/weft-out}; mkdir -p "$OUT"
@@ -27,9 +29,9 @@ if [ "${TESTS:-1}" = 1 ]; then
   grep -E "^(--- FAIL|FAIL)|panic|    --- FAIL" "$OUT/test.log" | head -20
 fi
 while [ ! -f "$M/.ready" ]; do sleep 2; done
-tg() { # build, model, depth, env...
-  local b=$1 f=$2 d=$3; shift 3
-  env "$@" ./$b bench -m "$f" --backend cuda -d "$d" -p 0 -n 128 -r 3 2>&1 | grep -oE 'tg128[^|]*\|[^|]*' | awk -F'|' '{print $2}'
+tg() { # build, model, depth, env, more bench flags...
+  local b=$1 f=$2 d=$3 e=$4; shift 4
+  env "$e" ./$b bench -m "$f" --backend cuda -d "$d" -p 0 -n 128 -r 3 "$@" 2>&1 | grep -oE 'tg128[^|]*\|[^|]*' | awk -F'|' '{print $2}'
 }
 for f in "$M"/*.gguf; do
   for d in $DEPTHS; do
@@ -38,6 +40,9 @@ for f in "$M"/*.gguf; do
       line="$line old $(tg weft.old "$f" "$d" X=1) new $(tg weft "$f" "$d" X=1) |"
     done
     for e in $ENVS; do line="$line $e $(tg weft "$f" "$d" "$e")"; done
+    for n in ${PAR:-}; do
+      line="$line x$n old $(tg weft.old "$f" "$d" X=1 --parallel "$n") new $(tg weft "$f" "$d" X=1 --parallel "$n")"
+    done
     pp() { env "$@" ./weft bench -m "$f" --backend cuda -d "$d" -p 512 -n 0 -r 3 2>&1 | grep -oE 'pp512[^|]*\|[^|]*' | awk -F'|' '{print $2}'; }
     if [ "${PP:-0}" = 1 ]; then line="$line pp512 $(pp X=1)"; fi
     for e in ${PP_ENVS:-}; do line="$line pp512 $e $(pp "$e")"; done
