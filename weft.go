@@ -181,7 +181,7 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 		return nil, err
 	}
 	if o.memoryLimit > 0 {
-		if need := estimateMemory(w, ctxLen, max(o.parallel, 1), o.batch); need > o.memoryLimit {
+		if need := estimateMemory(w, ctxLen, max(o.parallel, 1), o.batch, o.cacheType == "f16"); need > o.memoryLimit {
 			be.Close()
 			w.Close()
 			return nil, fmt.Errorf("weft: %s needs about %s (weights, KV cache for %d × %d tokens, buffers), over the limit of %s; lower the context or parallelism",
@@ -236,15 +236,19 @@ func loadTokenizer(w *weights.Provider) (*tokenizer.Tokenizer, error) {
 }
 
 // estimateMemory is what a load will hold: the weights, every slot's KV
-// cache at full context (float32 keys and values) and the activation
-// buffers.
-func estimateMemory(w *weights.Provider, ctx, slots, batch int) int64 {
+// cache at full context (float32 keys and values, or f16 with f16Cache)
+// and the activation buffers.
+func estimateMemory(w *weights.Provider, ctx, slots, batch int, f16Cache bool) int64 {
 	var total int64
 	for _, t := range w.FileTensors() {
 		total += int64(t.Bytes)
 	}
 	c := w.Config
-	total += int64(c.NLayers) * int64(slots) * int64(ctx) * int64(c.KVDim()) * 2 * 4
+	elem := int64(4)
+	if f16Cache {
+		elem = 2
+	}
+	total += int64(c.NLayers) * int64(slots) * int64(ctx) * int64(c.KVDim()) * 2 * elem
 	if batch <= 0 {
 		batch = 64
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weftlm/weft/constrain"
 	"github.com/weftlm/weft/internal/testmodel"
+	"github.com/weftlm/weft/weights"
 )
 
 func sharedFile(t testing.TB, rel string) string {
@@ -527,5 +528,21 @@ func TestPromptCache(t *testing.T) {
 	want, _, _ := collect(t, loadStories(t).Generate(context.Background(), second, opts...))
 	if got != want {
 		t.Errorf("with the cached prefix: %q\nfresh model:           %q", got, want)
+	}
+}
+
+// TestEstimateMemoryCacheType: an f16 cache halves the KV part of the
+// estimate.
+func TestEstimateMemoryCacheType(t *testing.T) {
+	w, err := weights.Open(sharedFile(t, "gguf-stories260K/stories260K.gguf"), weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	c := w.Config
+	kv32 := int64(c.NLayers) * 2 * 256 * int64(c.KVDim()) * 2 * 4
+	f32, f16 := estimateMemory(w, 256, 2, 8, false), estimateMemory(w, 256, 2, 8, true)
+	if f32-f16 != kv32/2 {
+		t.Errorf("f32 cache %d bytes, f16 %d: the difference %d, want %d", f32, f16, f32-f16, kv32/2)
 	}
 }
