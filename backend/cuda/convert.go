@@ -21,8 +21,56 @@ import (
 // it is uploaded and stored as F16, so that it runs on the F16 kernels:
 // the decode matrix-vector product, the embedding and cuBLAS in prefill.
 // A tensor with a value outside f16's range is stored as F32 instead.
+// The types of q8Exact are stored as Q8_0 instead, without loss.
 // Conversion goes a chunk of rows at a time, so host memory stays at a few
 // MiB whatever the tensor's size.
+
+// q8Exact are the types whose blocks of 32 are an f16 scale times integer
+// levels in [-127, 127] (Q5_0: q - 16; IQ4_NL: its codebook), with the
+// scale in the block's first two bytes. Stored as Q8_0 (the same scale,
+// the levels as int8) they lose nothing, take about half F16's bytes, and
+// run on the Q8_0 kernels, which sum int8 levels exactly as the CPU
+// backend does for these types.
+var q8Exact = map[string]bool{"Q5_0": true, "IQ4_NL": true}
+
+// q8Block is the bytes of a Q8_0 block of 32.
+const q8Block = 34
+
+// levelsToQ8 writes the GGUF rows src of a q8Exact type t as Q8_0 blocks
+// into dst: each block's scale as stored and its levels, read by
+// dequantizing the block with its scale set to 1 (scratch holds that
+// copy and the levels). It fails on a level that is not an integer in
+// [-127, 127], which no valid block of these types has.
+func levelsToQ8(t ggml.Type, src, dst []byte, scratch *[]byte, levels *[]float32) error {
+	bs := int(t.BlockBytes())
+	nb := len(src) / bs
+	if len(src) != nb*bs || len(dst) != nb*q8Block {
+		return fmt.Errorf("%d bytes of %s to %d of Q8_0", len(src), t, len(dst))
+	}
+	one := grow(scratch, len(src))
+	copy(one, src)
+	for b := range nb {
+		binary.LittleEndian.PutUint16(one[b*bs:], 0x3c00) // 1.0
+	}
+	if cap(*levels) < 32*nb {
+		*levels = make([]float32, 32*nb)
+	}
+	lv := (*levels)[:32*nb]
+	if err := quant.Dequantize(t, one, lv); err != nil {
+		return err
+	}
+	for b := range nb {
+		o := dst[b*q8Block : (b+1)*q8Block]
+		copy(o[:2], src[b*bs:b*bs+2])
+		for i, l := range lv[32*b : 32*b+32] {
+			if l != float32(int8(l)) || l < -127 {
+				return fmt.Errorf("%s block %d has level %g, not one Q8_0 holds", t, b, l)
+			}
+			o[2+i] = byte(int8(l))
+		}
+	}
+	return nil
+}
 
 // convertChunk is the most elements converted at once (16 MiB as f32).
 const convertChunk = 1 << 22
@@ -191,10 +239,15 @@ func describeConverted(w *backend.Weight) (matInfo, error) {
 		return matInfo{}, err
 	}
 	m := matInfo{name: w.Name, rows: c.rows, cols: c.cols, typ: "F16", src: w.Tensor.Type, rowBytes: 2 * c.cols}
-	if !fits {
-		m.typ, m.rowBytes = "F32", 4*c.cols
-	}
 	m.ggufRow = m.rowBytes
+	switch {
+	case !fits:
+		// Values past f16's range, which cuBLAS's f16 operands (Q8_0 too)
+		// cannot hold.
+		m.typ, m.rowBytes, m.ggufRow = "F32", 4*c.cols, 4*c.cols
+	case q8Exact[w.Tensor.Type] && c.mlx == nil && c.cols%32 == 0:
+		m.typ, m.rowBytes, m.ggufRow = "Q8_0", c.cols, c.cols/32*q8Block
+	}
 	m.dOff = int64(m.rows) * int64(m.rowBytes)
 	return m, nil
 }
@@ -283,6 +336,30 @@ func (pc *parallelConverter) convertTo(typ string, r0, r1 int, dst []byte) error
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stageQ8 writes a q8Exact weight into staging as Q8_0 GGUF blocks, a
+// chunk of rows at a time through host, for the repack kernel.
+func (e *exec) stageQ8(staging uint64, w *backend.Weight, m *matInfo, host *[]byte) error {
+	t := w.Tensor.GGML
+	srcRow := m.cols / 32 * int(t.BlockBytes())
+	if len(w.Data.Bytes) != m.rows*srcRow {
+		return fmt.Errorf("cuda: tensor %q: %d bytes, want %d for %s", m.name, len(w.Data.Bytes), m.rows*srcRow, t)
+	}
+	var scratch []byte
+	var levels []float32
+	step := max(1, convertChunk/m.cols)
+	for r0 := 0; r0 < m.rows; r0 += step {
+		r1 := min(m.rows, r0+step)
+		b := grow(host, (r1-r0)*m.ggufRow)
+		if err := levelsToQ8(t, w.Data.Bytes[r0*srcRow:r1*srcRow], b, &scratch, &levels); err != nil {
+			return fmt.Errorf("cuda: tensor %q: %w", m.name, err)
+		}
+		if err := e.copyIn(staging+uint64(r0)*uint64(m.ggufRow), b, fmt.Sprintf("tensor %q", m.name)); err != nil {
 			return err
 		}
 	}

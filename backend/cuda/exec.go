@@ -271,8 +271,9 @@ func (e *exec) allocate(pl *planned) error {
 }
 
 // uploadWeights copies every weight to the device. Q8_0 and Q4_0 tensors
-// pass through a staging allocation that the repack kernel turns into the
-// device layout; the staging memory is freed at the end. K-quant tensors
+// (and those stored as Q8_0, convert.go's q8Exact) pass through a staging
+// allocation that the repack kernel turns into the device layout; the
+// staging memory is freed at the end. K-quant tensors
 // and those converted to F16 or F32 are laid out on the host, a bounded
 // chunk of rows at a time.
 func (e *exec) uploadWeights(mats []matInfo) error {
@@ -296,7 +297,7 @@ func (e *exec) uploadWeights(mats []matInfo) error {
 			e.weights = append(e.weights, ptr)
 			continue
 		}
-		if m.src != "" || kLayouts[m.typ] != nil {
+		if (m.src != "" && !m.quantized()) || kLayouts[m.typ] != nil {
 			ptr, err := e.uploadOnHost(w, m, &host)
 			if err != nil {
 				return err
@@ -323,14 +324,20 @@ func (e *exec) uploadWeights(mats []matInfo) error {
 				return fmt.Errorf("cuda: allocating %d bytes to stage quantized weights: %w", most, d.err(r))
 			}
 		}
-		ptr, err := e.alloc(uint64(len(w.Data.Bytes)), what)
+		ptr, err := e.alloc(uint64(m.rows)*uint64(m.ggufRow), what)
 		if err != nil {
 			return err
 		}
 		e.weights = append(e.weights, ptr)
 		// The copy is ordered after the previous repack on the default
-		// stream, so the staging memory is free again.
-		if err := e.copyIn(staging, w.Data.Bytes, what); err != nil {
+		// stream, so the staging memory is free again. A q8Exact weight
+		// (convert.go) is staged as Q8_0 blocks.
+		if m.src != "" {
+			err = e.stageQ8(staging, w, m, &host)
+		} else {
+			err = e.copyIn(staging, w.Data.Bytes, what)
+		}
+		if err != nil {
 			return err
 		}
 		n := int64(m.rows) * int64(m.cols/32)

@@ -8,8 +8,9 @@ import (
 // The footprint functions estimate, before anything is allocated, the
 // device memory a model part will take, so that placement can choose the
 // layers that fit. They follow what Compile allocates: weights in their
-// stored type (or f16 where the type has no kernel of its own), float32
-// key/value caches, float32 activation buffers and the scratch areas.
+// stored type (or Q8_0 or f16 where the type has no kernel of its own),
+// float32 key/value caches, float32 activation buffers and the scratch
+// areas.
 
 // WeightBytes is the device memory one tensor takes once uploaded.
 func WeightBytes(t *weights.Tensor) int64 {
@@ -18,6 +19,9 @@ func WeightBytes(t *weights.Tensor) int64 {
 	}
 	if _, native := weightTypes[t.Type]; native {
 		return int64(t.Bytes)
+	}
+	if q8Exact[t.Type] && t.Cols()%32 == 0 && t.MLX == nil {
+		return t.Rows() * t.Cols() / 32 * q8Block
 	}
 	return t.Rows() * t.Cols() * 2
 }

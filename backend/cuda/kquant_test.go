@@ -246,11 +246,14 @@ func (b *progBuilder) mlxMat(bits, group, rows, cols int, scale float32) backend
 }
 
 // TestDescribeConverted checks how weights without kernels of their own
-// are stored: F16, F32 when a value overflows f16, errors naming the
-// tensor for bad data, and that chunked conversion matches quant's.
+// are stored: F16 (Q8_0 for q8Exact types), F32 when a value overflows
+// f16, errors naming the tensor for bad data, and that chunked conversion
+// matches quant's.
 func TestDescribeConverted(t *testing.T) {
 	b := newProg(t, 1, 4, 1, 8, 8)
 	q50 := b.mat("Q5_0", 7, 96, 1)
+	iqnl := b.mat("IQ4_NL", 5, 64, 1)
+	q51 := b.mat("Q5_1", 3, 64, 1)
 	big := b.mat("Q5_0", 3, 64, 1e5)
 	iq := b.mat("IQ4_XS", 3, 256, 1)
 	mlx := b.mlxMat(4, 32, 5, 64, 1)
@@ -262,7 +265,7 @@ func TestDescribeConverted(t *testing.T) {
 		w        backend.WeightID
 		typ, err string
 	}{
-		{q50, "F16", ""}, {big, "F32", ""}, {iq, "F16", ""}, {mlx, "F16", ""},
+		{q50, "Q8_0", ""}, {iqnl, "Q8_0", ""}, {q51, "F16", ""}, {big, "F32", ""}, {iq, "F16", ""}, {mlx, "F16", ""},
 		{short, "", `tensor "Q3_K-matrix": 100 bytes`}, {badScales, "", `tensor "MLX_Q8-matrix"`},
 	} {
 		w := &b.p.Weights[tc.w]
@@ -276,11 +279,14 @@ func TestDescribeConverted(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", w.Name, err)
 		}
-		size := 2
-		if tc.typ == "F32" {
-			size = 4
+		size, stored := 2, 2*m.cols
+		switch tc.typ {
+		case "F32":
+			size, stored = 4, 4*m.cols
+		case "Q8_0":
+			size, stored = 1, m.cols/32*q8Block
 		}
-		if m.typ != tc.typ || m.src != w.Tensor.Type || m.rowBytes != size*m.cols || m.ggufRow != m.rowBytes {
+		if m.typ != tc.typ || m.src != w.Tensor.Type || m.rowBytes != size*m.cols || m.ggufRow != stored || m.dOff != int64(m.rows*m.rowBytes) {
 			t.Errorf("%s: %+v, want %s rows of %d bytes", w.Name, m, tc.typ, size*m.cols)
 		}
 		c, err := newConverter(w)
@@ -311,6 +317,58 @@ func TestDescribeConverted(t *testing.T) {
 				t.Errorf("%s: converted values differ from quant's", w.Name)
 			}
 		}
+	}
+}
+
+// TestLevelsToQ8 checks that Q5_0 and IQ4_NL rows written as Q8_0 blocks
+// dequantize to exactly the values of the blocks they came from, and that
+// a block whose levels Q8_0 cannot hold is refused.
+func TestLevelsToQ8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	x := make([]float32, 32*50)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64()) * float32(1+i%7)
+	}
+	x[40] = 0 // and a block of zeros
+	for i := 64; i < 96; i++ {
+		x[i] = 0
+	}
+	var scratch []byte
+	var levels []float32
+	for _, name := range []string{"Q5_0", "IQ4_NL"} {
+		typ, _ := ggml.ParseType(name)
+		src := make([]byte, len(x)/32*int(typ.BlockBytes()))
+		if err := quant.Quantize(typ, x, src); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, len(x)/32*q8Block)
+		if err := levelsToQ8(typ, src, dst, &scratch, &levels); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, got := make([]float32, len(x)), make([]float32, len(x))
+		if err := quant.Dequantize(typ, src, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := quant.Dequantize(ggml.Q8_0, dst, got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: element %d is %g as Q8_0, %g as stored", name, i, got[i], want[i])
+			}
+		}
+		if err := levelsToQ8(typ, src[1:], dst, &scratch, &levels); err == nil {
+			t.Errorf("%s: a partial block converted", name)
+		}
+	}
+	// Q5_1's levels with their minimum are not one scale's integers.
+	q51 := make([]byte, len(x)/32*int(ggml.Q5_1.BlockBytes()))
+	if err := quant.Quantize(ggml.Q5_1, x, q51); err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint16(q51[2:], quant.F32ToF16(0.3)) // the first block's minimum
+	if err := levelsToQ8(ggml.Q5_1, q51, make([]byte, len(x)/32*q8Block), &scratch, &levels); err == nil {
+		t.Error("Q5_1 blocks with a fractional minimum converted to Q8_0")
 	}
 }
 
@@ -464,6 +522,22 @@ func TestParallelConvert(t *testing.T) {
 					t.Fatalf("%s, %d workers: element %d is %g, want %g", w.Name, workers, i, g, v)
 				}
 			}
+		}
+	}
+}
+
+// TestWeightBytes checks the placement estimate of a tensor's device
+// memory against what describe says the upload takes.
+func TestWeightBytes(t *testing.T) {
+	b := newProg(t, 1, 4, 1, 8, 8)
+	for _, typ := range []string{"Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q5_1", "BF16"} {
+		w := &b.p.Weights[b.mat(typ, 6, 64, 1)]
+		m, err := describe(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want {
+			t.Errorf("%s: estimated %d bytes, the upload takes %d", typ, got, want)
 		}
 	}
 }

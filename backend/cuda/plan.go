@@ -152,12 +152,12 @@ type call struct {
 // rowBytes in its stored type (for Q8_0, Q4_0 and the K-quants the quants
 // of a row, with the scales from byte dOff on), or a float32 vector (one
 // row). A weight of a type without kernels of its own is converted to F16
-// or F32 on upload (convert.go): typ is then the device type and src the
-// stored one.
+// or F32 on upload, or to Q8_0 where that loses nothing (convert.go): typ
+// is then the device type and src the stored one.
 type matInfo struct {
 	name       string
 	rows, cols int
-	ggufRow    int // bytes of a row as stored in the file (converted weights: on the device)
+	ggufRow    int // bytes of a row as stored in the file (converted weights: as uploaded)
 	rowBytes   int
 	dOff       int64
 	typ        string // weights' spelling: "F32", "Q4_0", ...
