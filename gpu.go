@@ -152,7 +152,7 @@ func planGPUs(o *loadOptions, w *weights.Provider, ctx int) (placement.Plan, []p
 	if batch <= 0 {
 		batch = gpuBatch
 	}
-	plan, err := placement.Fit(footprint(w, slots, batch), devs, placement.Request{
+	plan, err := placement.Fit(footprint(w, slots, batch, o.cacheType == "f16"), devs, placement.Request{
 		GPULayers: o.gpuLayers, Split: o.tensorSplit, Context: ctx, ContextFixed: o.context > 0,
 		Slots: slots, Margin: placement.DefaultMargin,
 	})
@@ -189,7 +189,7 @@ func PlanPlacement(path string, opts ...Option) (*placement.Plan, error) {
 	plan, _, _, err := planGPUs(&o, w, ctx)
 	var noGPU *noGPUError
 	if errors.As(err, &noGPU) {
-		plan, err = placement.Fit(footprint(w, max(o.parallel, 1), o.batch), nil, placement.Request{GPULayers: -1, Context: ctx})
+		plan, err = placement.Fit(footprint(w, max(o.parallel, 1), o.batch, o.cacheType == "f16"), nil, placement.Request{GPULayers: -1, Context: ctx})
 	}
 	if err != nil {
 		return nil, err
@@ -199,8 +199,9 @@ func PlanPlacement(path string, opts ...Option) (*placement.Plan, error) {
 
 // footprint is the model as a GPU would hold it: each layer's weights,
 // the embedding, the output head (the embedding again when tied), each
-// layer's key/value cache and the working buffers of a part.
-func footprint(w *weights.Provider, slots, batch int) placement.Model {
+// layer's key/value cache (f16 or float32) and the working buffers of a
+// part.
+func footprint(w *weights.Provider, slots, batch int, f16Cache bool) placement.Model {
 	c := &w.Config
 	m := placement.Model{LayerBytes: make([]int64, c.NLayers)}
 	var largest *weights.Tensor
@@ -231,7 +232,7 @@ func footprint(w *weights.Provider, slots, batch int) placement.Model {
 		if c.SlidingWindow > 0 && l < len(c.SlidingLayers) && c.SlidingLayers[l] {
 			ctx = min(ctx, c.SlidingWindow+maxRows)
 		}
-		return cuda.KVBytes(c, ctx)
+		return cuda.KVBytes(c, ctx, f16Cache)
 	}
 	return m
 }

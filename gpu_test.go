@@ -69,7 +69,7 @@ func TestPlacementOnFakeGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := footprint(w, 1, gpuBatch)
+	fp := footprint(w, 1, gpuBatch, false)
 	w.Close()
 	nLayers := len(fp.LayerBytes)
 	// Room for the output head, the buffers and two layers, beside the
@@ -406,21 +406,27 @@ func TestFootprintCoversProgram(t *testing.T) {
 	for _, tc := range []struct {
 		path              string
 		ctx, slots, batch int
+		f16               bool // f16 key/value caches
 	}{
-		{filepath.Join(root, "llama3-tiny"), 64, 1, 16},
-		{filepath.Join(root, "gemma3-tiny"), 96, 2, 32}, // sliding-window layers
-		{filepath.Join(root, "quant", "llama3-tiny-Q4_0.gguf"), 64, 3, 48},
-		{filepath.Join(root, "quant", "llama-256-Q4_K.gguf"), 128, 1, 64},
-		{filepath.Join(root, "quant", "qwen3-tiny-mlx4"), 64, 1, 64}, // converted to F16 on upload
+		{filepath.Join(root, "llama3-tiny"), 64, 1, 16, false},
+		{filepath.Join(root, "llama3-tiny"), 512, 2, 16, true},
+		{filepath.Join(root, "gemma3-tiny"), 96, 2, 32, false}, // sliding-window layers
+		{filepath.Join(root, "quant", "llama3-tiny-Q4_0.gguf"), 64, 3, 48, false},
+		{filepath.Join(root, "quant", "llama-256-Q4_K.gguf"), 128, 1, 64, false},
+		{filepath.Join(root, "quant", "qwen3-tiny-mlx4"), 64, 1, 64, false}, // converted to F16 on upload
 	} {
-		t.Run(filepath.Base(tc.path), func(t *testing.T) {
+		cacheType := "f32"
+		if tc.f16 {
+			cacheType = "f16"
+		}
+		t.Run(filepath.Base(tc.path)+"/"+cacheType, func(t *testing.T) {
 			w, err := weights.Open(tc.path, weights.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer w.Close()
 			c := &capturing{Backend: cpu.New(1)}
-			m, err := engine.Load(w, c, engine.Options{Context: tc.ctx, Slots: tc.slots, MaxBatch: tc.batch})
+			m, err := engine.Load(w, c, engine.Options{Context: tc.ctx, Slots: tc.slots, MaxBatch: tc.batch, CacheType: cacheType})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -429,7 +435,7 @@ func TestFootprintCoversProgram(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fp := footprint(w, tc.slots, tc.batch)
+			fp := footprint(w, tc.slots, tc.batch, tc.f16)
 			est := fp.WorkBytes + fp.EmbedBytes + fp.OutputBytes - fp.SharedBytes
 			for l, b := range fp.LayerBytes {
 				est += b + int64(tc.slots)*fp.KVBytes(l, tc.ctx)

@@ -12,9 +12,10 @@
 // shared memory: nw*hd accumulators, nw maxima, nw sums. Grid (nheads,
 // rows). The decode path: few rows, each reading its own positions. With
 // qa set it also quantizes its output as quantize_q8 does.
-extern "C" __global__ void attention(float* out, const float* q, const float* kc, const float* vc, const int* meta,
-                                     const int* pos, const int* slots, int nheads, int nkv, int hd, int cap,
-                                     float scale, float softcap, int window, signed char* qa, float2* ds) {
+template <typename C>
+__device__ __forceinline__ void attention_t(float* out, const float* q, const C* kc, const C* vc, const int* meta,
+                                            const int* pos, const int* slots, int nheads, int nkv, int hd, int cap,
+                                            float scale, float softcap, int window, signed char* qa, float2* ds) {
     pdl();
     extern __shared__ float sm[];
     int h = blockIdx.x, r = blockIdx.y;
@@ -35,22 +36,20 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
     float m = NEG_INF, l = 0.f;
     for (int j = first + warp; j <= p; j += nw) {
         u64 at = base + (u64)(j % cap) * kvdim;
-        const float* kj = kc + at;
         float s = 0.f;
 #pragma unroll
         for (int k = 0; k < MAXD / 32; k++) {
             int d = lane + 32 * k;
-            if (d < hd) s += qv[k] * kj[d];
+            if (d < hd) s += qv[k] * cld(kc, at + d);
         }
         s = warp_sum(s) * scale;
         if (softcap > 0.f) s = softcap * tanhf(s / softcap);
         float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
         l = l * corr + e;
-        const float* vj = vc + at;
 #pragma unroll
         for (int k = 0; k < MAXD / 32; k++) {
             int d = lane + 32 * k;
-            if (d < hd) acc[k] = acc[k] * corr + e * vj[d];
+            if (d < hd) acc[k] = acc[k] * corr + e * cld(vc, at + d);
         }
         m = mn;
     }
@@ -86,6 +85,15 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
     }
 }
 
+#define ATTENTION(name, C)                                                                                      \
+    extern "C" __global__ void name(float* out, const float* q, const C* kc, const C* vc, const int* meta,          \
+                                    const int* pos, const int* slots, int nheads, int nkv, int hd, int cap,         \
+                                    float scale, float softcap, int window, signed char* qa, float2* ds) {          \
+        attention_t<C>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window, qa, ds);    \
+    }
+ATTENTION(attention, float)
+ATTENTION(attention_h, u16)
+
 // attention_split is decode attention split over positions (flash-
 // decoding), so that a long context is read by many blocks at once and
 // each key and value of a kv head is read once for all its query heads.
@@ -109,8 +117,9 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
 #define AS_ND 8
 #define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
 
-extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
-    float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos, const int* slots,
+template <typename C>
+__device__ __forceinline__ void attention_split_t(
+    float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
     float* part, int* count, int S, int kt, int keys) {
     pdl();
@@ -150,8 +159,8 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
         for (int i = tid; i < nt * hd4; i += blockDim.x) {
             int key = i / hd4, c = (i - key * hd4) << 2;
             u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
-            *(float4*)&Ks[key * hdp + c] = *(const float4*)(kc + at);
-            *(float4*)&Vs[key * hd + c] = *(const float4*)(vc + at);
+            *(float4*)&Ks[key * hdp + c] = cld4(kc, at);
+            *(float4*)&Vs[key * hd + c] = cld4(vc, at);
         }
         __syncthreads();
 #pragma unroll
@@ -281,6 +290,17 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
     }
 }
 
+#define ATTENTION_SPLIT(name, C)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) name(                                              \
+        float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,   \
+        int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,  \
+        float* part, int* count, int S, int kt, int keys) {                                                         \
+        attention_split_t<C>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window, qa,   \
+                             ds, part, count, S, kt, keys);                                                         \
+    }
+ATTENTION_SPLIT(attention_split, float)
+ATTENTION_SPLIT(attention_split_h, u16)
+
 // attention_tiled is the prefill path: one block per (kv head, AT_ROWS
 // consecutive rows). Rows of one slot form a segment whose query vectors
 // (rows × the kv head's nheads/nkv query heads) share every tile of AT_KT
@@ -296,8 +316,8 @@ extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) attention_split(
 #define AT_KT 32
 #define AT_WARPS 8
 
-template <int HD4, int QPW>
-__device__ void attention_tiled(float* out, const float* q, const float* kc, const float* vc, const int* meta,
+template <int HD4, int QPW, typename C>
+__device__ void attention_tiled(float* out, const float* q, const C* kc, const C* vc, const int* meta,
                                 const int* pos, const int* slots, int nheads, int nkv, int hd, int cap, float scale,
                                 float softcap, int window) {
     extern __shared__ __align__(16) float smt[];
@@ -359,8 +379,8 @@ __device__ void attention_tiled(float* out, const float* q, const float* kc, con
                     float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
                     if (kp <= kmax) {
                         u64 at = base + (u64)(kp % cap) * kvdim + d;
-                        kv = *(const float4*)(kc + at);
-                        vv = *(const float4*)(vc + at);
+                        kv = cld4(kc, at);
+                        vv = cld4(vc, at);
                     }
                     *(float4*)(Ks + kk * hdp + d) = kv;
                     *(float4*)(Vs + kk * hd + d) = vv;
@@ -438,11 +458,13 @@ __device__ void attention_tiled(float* out, const float* q, const float* kc, con
     }
 }
 
-#define ATTN_TILED(name, HD4, QPW)                                                                              \
+#define ATTN_TILED(name, HD4, QPW, C)                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * AT_WARPS)                                                 \
-        name(float* out, const float* q, const float* kc, const float* vc, const int* meta, const int* pos,     \
+        name(float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos,             \
              const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window) { pdl();  \
-        attention_tiled<HD4, QPW>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window); \
+        attention_tiled<HD4, QPW, C>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window); \
     }
-ATTN_TILED(attention_tiled_64, 2, 4)
-ATTN_TILED(attention_tiled_128, 4, 2)
+ATTN_TILED(attention_tiled_64, 2, 4, float)
+ATTN_TILED(attention_tiled_128, 4, 2, float)
+ATTN_TILED(attention_tiled_64_h, 2, 4, u16)
+ATTN_TILED(attention_tiled_128_h, 4, 2, u16)

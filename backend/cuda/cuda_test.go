@@ -22,7 +22,8 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 	}
 	for _, name := range kernelNames() {
 		// ") name(" follows __launch_bounds__(...).
-		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ","}
+		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
+			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
@@ -447,7 +448,6 @@ func TestPlanRejects(t *testing.T) {
 		{"unsupported type", func(p *backend.Program) { p.Weights[2].Tensor.Type, p.Weights[2].Tensor.HasGGML = "U32", false }, "type U32 is not supported"},
 		{"short data", func(p *backend.Program) { p.Weights[2].Data.Bytes = p.Weights[2].Data.Bytes[:10] }, "10 bytes"},
 		{"unknown op", func(p *backend.Program) { p.Ops[0].Kind = 99 }, "unsupported op"},
-		{"f16 cache", func(p *backend.Program) { p.Caches[0].F16 = true }, "f16 key/value cache is not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validProgram(t)
@@ -594,5 +594,34 @@ func TestGeometryMatchesSource(t *testing.T) {
 	}
 	if !strings.Contains(kernelSource, "__launch_bounds__(32 * GLU_WARPS,") {
 		t.Error("the GLU kernels are not bounded by GLU_WARPS warps")
+	}
+}
+
+// TestPlanF16Cache checks that an f16 cache's store and attention run the
+// kernels for half caches (name_h), and a float32 cache's do not.
+func TestPlanF16Cache(t *testing.T) {
+	for _, f16 := range []bool{false, true} {
+		p := validProgram(t)
+		for i := range p.Caches {
+			p.Caches[i].F16 = f16
+		}
+		pl, err := plan(p, planOptions{gemm: true, sms: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range pl.calls {
+			base := strings.TrimSuffix(c.kernel, "_h")
+			if !strings.HasPrefix(base, "attention") && base != "store_kv" && base != "rope_store" {
+				continue
+			}
+			n++
+			if strings.HasSuffix(c.kernel, "_h") != f16 {
+				t.Errorf("f16 cache %v: kernel %s", f16, c.kernel)
+			}
+		}
+		if n < 2 {
+			t.Errorf("f16 cache %v: %d cache kernels planned", f16, n)
+		}
 	}
 }

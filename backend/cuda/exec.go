@@ -143,6 +143,14 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	return e, nil
 }
 
+// cacheElemBytes is the bytes of one cached key or value element.
+func cacheElemBytes(c backend.Cache) uint64 {
+	if c.F16 {
+		return 2
+	}
+	return 4
+}
+
 // deviceBytes is the device memory a program needs, in bytes.
 func deviceBytes(p *backend.Program, pl *planned) uint64 {
 	var n uint64
@@ -160,7 +168,7 @@ func deviceBytes(p *backend.Program, pl *planned) uint64 {
 		n += uint64(4 * len(r.InvFreq))
 	}
 	for _, c := range p.Caches {
-		n += 2 * 4 * uint64(p.Slots) * uint64(c.Capacity) * uint64(c.KVDim)
+		n += 2 * cacheElemBytes(c) * uint64(p.Slots) * uint64(c.Capacity) * uint64(c.KVDim)
 	}
 	for _, s := range pl.scratch {
 		n += uint64(s)
@@ -243,7 +251,7 @@ func (e *exec) allocate(pl *planned) error {
 		e.ropes = append(e.ropes, ptr)
 	}
 	for _, c := range p.Caches {
-		n := 4 * uint64(p.Slots) * uint64(c.Capacity) * uint64(c.KVDim)
+		n := cacheElemBytes(c) * uint64(p.Slots) * uint64(c.Capacity) * uint64(c.KVDim)
 		k, err := e.alloc(n, fmt.Sprintf("layer %d keys", c.Layer))
 		if err != nil {
 			return err

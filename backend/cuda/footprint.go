@@ -9,7 +9,7 @@ import (
 // device memory a model part will take, so that placement can choose the
 // layers that fit. They follow what Compile allocates: weights in their
 // stored type (or Q8_0 or f16 where the type has no kernel of its own),
-// float32 key/value caches, float32 activation buffers and the scratch
+// float32 or f16 key/value caches, float32 activation buffers and the
 // areas.
 
 // WeightBytes is the device memory one tensor takes once uploaded.
@@ -27,9 +27,13 @@ func WeightBytes(t *weights.Tensor) int64 {
 }
 
 // KVBytes is one slot's key and value cache for a layer holding ctx
-// positions: float32 rows of KVDim each.
-func KVBytes(c *weights.Config, ctx int) int64 {
-	return 2 * 4 * int64(ctx) * int64(c.KVDim())
+// positions: rows of KVDim float32s, or IEEE halves with f16.
+func KVBytes(c *weights.Config, ctx int, f16 bool) int64 {
+	size := int64(4)
+	if f16 {
+		size = 2
+	}
+	return 2 * size * int64(ctx) * int64(c.KVDim())
 }
 
 // ModuleBytes is what a device part takes beside its program's own

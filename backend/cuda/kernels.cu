@@ -46,6 +46,21 @@ __device__ __forceinline__ u16 f2h(float f) {
 
 __device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((unsigned)h) << 16); }
 
+// Key/value cache elements: float32, or IEEE half (u16) for an f16 cache,
+// rounded to nearest even as they are stored. The kernels that touch a
+// cache are templates on its element type with a float32 entry point and
+// an f16 one (name_h).
+__device__ __forceinline__ float cld(const float* p, u64 i) { return p[i]; }
+__device__ __forceinline__ float cld(const u16* p, u64 i) { return h2f(p[i]); }
+__device__ __forceinline__ void cst(float* p, u64 i, float v) { p[i] = v; }
+__device__ __forceinline__ void cst(u16* p, u64 i, float v) { p[i] = f2h(v); }
+// cld4 loads elements i..i+3 (i a multiple of 4).
+__device__ __forceinline__ float4 cld4(const float* p, u64 i) { return *(const float4*)(p + i); }
+__device__ __forceinline__ float4 cld4(const u16* p, u64 i) {
+    uint2 u = *(const uint2*)(p + i);
+    return make_float4(h2f((u16)(u.x & 0xffff)), h2f((u16)(u.x >> 16)), h2f((u16)(u.y & 0xffff)), h2f((u16)(u.y >> 16)));
+}
+
 // pdl opens every kernel: launched with programmatic stream serialization
 // (as graph replays are, on sm_90 and newer) a kernel may start before the
 // one before it has finished; it waits here until that one's writes are
@@ -312,9 +327,10 @@ extern "C" __global__ void rope(float* x, const float* invfreq, const int* meta,
 // input in one launch. One block per (head, row), q heads first; a k
 // head's block stores that head's keys and values once rotated. Grid
 // (nq+nkv, rows).
-extern "C" __global__ void rope_store(float* q, float* k, const float* v, float* kc, float* vc, const float* invfreq,
-                                      const int* meta, const int* pos, const int* slots, int nq, int nkv, int hd,
-                                      int half, int neox, int cap) {
+template <typename C>
+__device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v, C* kc, C* vc, const float* invfreq,
+                                             const int* meta, const int* pos, const int* slots, int nq, int nkv,
+                                             int hd, int half, int neox, int cap) {
     pdl();
     int h = blockIdx.x, r = blockIdx.y;
     int n = meta[0], pr = pos[r]; // one round trip for both
@@ -335,22 +351,40 @@ extern "C" __global__ void rope_store(float* q, float* k, const float* v, float*
     int off = (h - nq) * hd;
     u64 at = ((u64)slots[r] * cap + pr % cap) * kvdim + off;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        kc[at + i] = k[(u64)r * kvdim + off + i];
-        vc[at + i] = v[(u64)r * kvdim + off + i];
+        cst(kc, at + i, k[(u64)r * kvdim + off + i]);
+        cst(vc, at + i, v[(u64)r * kvdim + off + i]);
     }
 }
 
+#define ROPE_STORE(name, C)                                                                                   \
+    extern "C" __global__ void name(float* q, float* k, const float* v, C* kc, C* vc, const float* invfreq,     \
+                                    const int* meta, const int* pos, const int* slots, int nq, int nkv, int hd, \
+                                    int half, int neox, int cap) {                                              \
+        rope_store_t<C>(q, k, v, kc, vc, invfreq, meta, pos, slots, nq, nkv, hd, half, neox, cap);              \
+    }
+ROPE_STORE(rope_store, float)
+ROPE_STORE(rope_store_h, u16)
+
 // store_kv copies row r of k and v [rows, d] into the caches [slots, cap, d]
 // at (slot[r], pos[r] % cap). Grid (ceil(d/block), rows).
-extern "C" __global__ void store_kv(float* kc, float* vc, const float* k, const float* v, const int* meta,
-                                    const int* pos, const int* slots, int d, int cap) {
+template <typename C>
+__device__ __forceinline__ void store_kv_t(C* kc, C* vc, const float* k, const float* v, const int* meta,
+                                           const int* pos, const int* slots, int d, int cap) {
     pdl();
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[0] || i >= d) return;
     u64 at = ((u64)slots[r] * cap + pos[r] % cap) * d + i;
-    kc[at] = k[(u64)r * d + i];
-    vc[at] = v[(u64)r * d + i];
+    cst(kc, at, k[(u64)r * d + i]);
+    cst(vc, at, v[(u64)r * d + i]);
 }
+
+#define STORE_KV(name, C)                                                                                       \
+    extern "C" __global__ void name(C* kc, C* vc, const float* k, const float* v, const int* meta, const int* pos, \
+                                    const int* slots, int d, int cap) {                                           \
+        store_kv_t<C>(kc, vc, k, v, meta, pos, slots, d, cap);                                                    \
+    }
+STORE_KV(store_kv, float)
+STORE_KV(store_kv_h, u16)
 
 // Elementwise ops over [meta[which], cols]. Grid (ceil(cols/block), rows).
 extern "C" __global__ void add(float* out, const float* a, const float* b, const int* meta, int which, int cols) {

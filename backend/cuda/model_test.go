@@ -103,12 +103,17 @@ func (p *pair) compare(what string, want, got []float32, limit float64) {
 func TestModelsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	type variant struct {
-		path        string
-		noBLAS, mmq bool
+		path             string
+		noBLAS, mmq, f16 bool
 	}
 	var variants []variant
 	for _, path := range modelPaths(t) {
 		variants = append(variants, variant{path: path})
+		if !strings.HasSuffix(path, ".gguf") && !strings.HasSuffix(path, "-mlx4") {
+			// The float fixtures again with f16 key/value caches on both
+			// backends (rope_store_h, attention over half caches).
+			variants = append(variants, variant{path: path, f16: true})
+		}
 		switch {
 		case strings.HasSuffix(path, "_K.gguf") || strings.HasSuffix(path, "-mlx4"):
 			variants = append(variants, variant{path: path, noBLAS: true})
@@ -123,6 +128,8 @@ func TestModelsAgainstCPU(t *testing.T) {
 			name += "/no-cublas"
 		case vt.mmq:
 			name += "/mmq"
+		case vt.f16:
+			name += "/f16-cache"
 		}
 		t.Run(name, func(t *testing.T) {
 			if vt.noBLAS {
@@ -140,6 +147,9 @@ func TestModelsAgainstCPU(t *testing.T) {
 			}
 			defer w.Close()
 			opts := engine.Options{Context: 96, MaxBatch: 16, Slots: 2}
+			if vt.f16 {
+				opts.CacheType = "f16"
+			}
 			cm, err := engine.Load(w, cpu.New(2), opts)
 			if err != nil {
 				t.Fatal(err)

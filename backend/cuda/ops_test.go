@@ -360,15 +360,20 @@ func opCases() []opCase {
 // TestOpsAgainstCPU runs every op, on random data of odd sizes, on both
 // backends: every case as planned by default, cases with mmqTol again
 // with WEFT_MMQ=1, attention cases again with the cache split in runs of
-// 8 positions, fused GLU cases again with blocks of 4 and 2 warps.
+// 8 positions and with f16 caches, fused GLU cases again with blocks of 4
+// and 2 warps.
 func TestOpsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	for i, tc := range opCases() {
+		f16 := false
 		run := func(t *testing.T, tol float64) {
 			b := newProg(t, uint64(i+1), tc.maxRows, tc.slots, tc.context, tc.vocab)
 			out := b.buf(tc.vocab)
 			b.p.Logits = out
 			tc.build(b, out)
+			for c := range b.p.Caches {
+				b.p.Caches[c].F16 = f16
+			}
 			compareWithCPU(t, gpu, b.p, cmp.Or(tc.steps, 30), tc.selected, tol)
 		}
 		t.Run(tc.name, func(t *testing.T) { run(t, tc.tol) })
@@ -382,6 +387,13 @@ func TestOpsAgainstCPU(t *testing.T) {
 			t.Run("split/"+tc.name, func(t *testing.T) {
 				defer func(k int) { splitKeys = k }(splitKeys)
 				splitKeys = 8
+				run(t, tc.tol)
+			})
+			// Both backends round the cached keys and values to f16 the
+			// same way (to nearest even).
+			t.Run("f16/"+tc.name, func(t *testing.T) {
+				defer func() { f16 = false }()
+				f16 = true
 				run(t, tc.tol)
 			})
 		}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"cmp"
 	"fmt"
+	"strings"
 
 	"github.com/weftlm/weft/backend"
 )
@@ -166,6 +167,15 @@ type matInfo struct {
 }
 
 func (m *matInfo) quantized() bool { return m.typ == "Q8_0" || m.typ == "Q4_0" }
+
+// cacheKernel is the kernel named name for cache c: the kernels that read
+// or write a cache come for float32 caches and, named name_h, for f16.
+func cacheKernel(name string, c backend.Cache) string {
+	if c.F16 {
+		return name + "_h"
+	}
+	return name
+}
 
 // describe checks a program weight and says how it is stored.
 func describe(w *backend.Weight) (matInfo, error) {
@@ -334,9 +344,6 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 		// other parts run.
 		if c.Layer != l || c.KVDim < 0 || c.Capacity < 0 {
 			return nil, fmt.Errorf("cuda: cache %d is for layer %d with %d columns and %d positions", l, c.Layer, c.KVDim, c.Capacity)
-		}
-		if c.F16 {
-			return nil, fmt.Errorf("cuda: layer %d: an f16 key/value cache is not supported on the GPU yet (use the f32 cache type)", l)
 		}
 	}
 	st := &planState{}
@@ -620,12 +627,21 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 			return nil, fmt.Errorf("kv store for layer %d of %d columns", op.Layer, cols(op.A))
 		}
 		c := p.Caches[op.Layer]
-		return one(call{kernel: "store_kv", gridX: blocks(c.KVDim, elemBlock), gridY: gridAll, block: elemBlock,
+		return one(call{kernel: cacheKernel("store_kv", c), gridX: blocks(c.KVDim, elemBlock), gridY: gridAll, block: elemBlock,
 			args: []arg{{kind: argCacheK, id: op.Layer}, {kind: argCacheV, id: op.Layer}, buf(op.A), buf(op.B), meta,
 				metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows), i32(c.KVDim), i32(c.Capacity)}})
 
 	case backend.OpAttention:
-		return planAttention(p, pl, st, op, meta, opt)
+		calls, err := planAttention(p, pl, st, op, meta, opt)
+		if err != nil {
+			return nil, err
+		}
+		for i := range calls {
+			if strings.HasPrefix(calls[i].kernel, "attention") {
+				calls[i].kernel = cacheKernel(calls[i].kernel, p.Caches[op.Layer])
+			}
+		}
+		return calls, nil
 
 	case backend.OpAdd, backend.OpGLU:
 		if err := bufOK(op.Out, op.A, op.B); err != nil {

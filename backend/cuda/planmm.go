@@ -296,7 +296,7 @@ func planRopeStore(p *backend.Program, pl *planned, st *planState, i int, opt pl
 	if rq.Layout == backend.RopeNeoX {
 		neox = 1
 	}
-	return call{op: i, kernel: "rope_store", gridX: uint32(rq.NHeads + rk.NHeads), gridY: gridAll, block: uint32(min(256, (rq.HeadDim+31)/32*32)), which: metaRows,
+	return call{op: i, kernel: cacheKernel("rope_store", c), gridX: uint32(rq.NHeads + rk.NHeads), gridY: gridAll, block: uint32(min(256, (rq.HeadDim+31)/32*32)), which: metaRows,
 		args: []arg{buf(rq.A), buf(rk.A), buf(store.B), {kind: argCacheK, id: store.Layer}, {kind: argCacheV, id: store.Layer},
 			{kind: argRope, id: rq.Table}, metaField(-1, p.MaxRows), metaField(fieldPos, p.MaxRows), metaField(fieldSlots, p.MaxRows),
 			i32(rq.NHeads), i32(rk.NHeads), i32(rq.HeadDim), i32(rq.RopeDim / 2), i32(neox), i32(c.Capacity)}}, nil

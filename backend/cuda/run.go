@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/quant"
 )
 
 // Capture modes (CUstreamCaptureMode): relaxed lets other threads of the
@@ -298,11 +299,23 @@ func (e *exec) ReadKeys(layer, slot, pos, n int, dst []float32) error {
 		return err
 	}
 	d := e.be.drv
+	size := cacheElemBytes(c)
+	var half []uint16
+	if c.F16 {
+		half = make([]uint16, c.KVDim)
+	}
 	for i := 0; i < n; i++ {
-		at := uint64((slot*c.Capacity+(pos+i)%c.Capacity)*c.KVDim) * 4
+		at := uint64((slot*c.Capacity+(pos+i)%c.Capacity)*c.KVDim) * size
 		row := dst[i*c.KVDim : (i+1)*c.KVDim]
-		if r := d.cuMemcpyDtoH(unsafe.Pointer(&row[0]), e.kv[layer][0]+at, uint64(4*c.KVDim)); r != 0 {
+		to := unsafe.Pointer(&row[0])
+		if half != nil {
+			to = unsafe.Pointer(&half[0])
+		}
+		if r := d.cuMemcpyDtoH(to, e.kv[layer][0]+at, size*uint64(c.KVDim)); r != 0 {
 			return fmt.Errorf("cuda: reading layer %d's keys: %w", layer, d.err(r))
+		}
+		for j, h := range half {
+			row[j] = quant.F16ToF32(h)
 		}
 	}
 	return nil

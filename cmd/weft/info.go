@@ -26,6 +26,7 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	parallel := fs.Int("parallel", 1, "with -m: requests at once, each with its own KV cache")
 	gpuLayers := fs.Int("n-gpu-layers", -1, gpuLayersUsage)
 	tensorSplit := fs.String("tensor-split", "", tensorSplitUsage)
+	cacheType := fs.String("cache-type", "f32", "with -m: "+cacheTypeUsage)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -40,7 +41,7 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var plan *placement.Plan
 	if *model != "" {
 		plan, err = weft.PlanPlacement(*model, weft.WithContext(*ctxLen), weft.WithParallel(*parallel),
-			weft.WithGPULayers(*gpuLayers), weft.WithTensorSplit(shares))
+			weft.WithGPULayers(*gpuLayers), weft.WithTensorSplit(shares), weft.WithCacheType(*cacheType))
 		if err != nil {
 			return err
 		}
