@@ -9,7 +9,7 @@ import (
 // device memory a model part will take, so that placement can choose the
 // layers that fit. They follow what Compile allocates: weights in their
 // stored type (or Q8_0 or f16 where the type has no kernel of its own),
-// float32 or f16 key/value caches, float32 activation buffers and the
+// float32 or f16 key/value caches, float32 activation buffers and the scratch
 // areas.
 
 // WeightBytes is the device memory one tensor takes once uploaded.
