@@ -23,6 +23,33 @@ func closeTo(got, want, tol, floor float64) bool {
 	return math.Abs(got-want) <= tol*(math.Abs(want)+floor)
 }
 
+// checkAttention compares scores (scale 0.125) and a weighted sum out of
+// n keys and values at(j·stride + d) (d < len(q)) against float64.
+func checkAttention(t *testing.T, name string, q []float32, at func(i int) float64, stride int, scores, p, out []float32) {
+	t.Helper()
+	hd := len(q)
+	for j := range scores {
+		var want, mag float64
+		for d := range hd {
+			want += float64(q[d]) * at(j*stride+d)
+			mag += math.Abs(float64(q[d]) * at(j*stride+d))
+		}
+		if !closeTo(float64(scores[j]), 0.125*want, 1e-6, 0.125*mag) {
+			t.Fatalf("%s: score %d = %g, want %g", name, j, scores[j], 0.125*want)
+		}
+	}
+	for d := range hd {
+		var want, mag float64
+		for j := range p {
+			want += float64(p[j]) * at(j*stride+d)
+			mag += math.Abs(float64(p[j]) * at(j*stride+d))
+		}
+		if !closeTo(float64(out[d]), want, 1e-6, mag) {
+			t.Fatalf("%s: wsum[%d] = %g, want %g", name, d, out[d], want)
+		}
+	}
+}
+
 // TestVectorKernels compares every level's attention and activation
 // kernels with float64 references on random data: head sizes that the
 // SIMD kernels take and ones they hand back to Go, strides wider than a
@@ -38,29 +65,10 @@ func TestVectorKernels(t *testing.T) {
 				kv := randFloats(rng, (n-1)*stride+hd, 1)
 				scores := make([]float32, n)
 				k.scores(q, kv, stride, scores, 0.125)
-				for j := range n {
-					var want, mag float64
-					for d := range hd {
-						want += float64(q[d]) * float64(kv[j*stride+d])
-						mag += math.Abs(float64(q[d]) * float64(kv[j*stride+d]))
-					}
-					if !closeTo(float64(scores[j]), 0.125*want, 1e-6, 0.125*mag) {
-						t.Fatalf("%s: score %d = %g, want %g", name, j, scores[j], 0.125*want)
-					}
-				}
 				p := randFloats(rng, n, 1)
 				out := randFloats(rng, hd, 1) // overwritten
 				k.wsum(p, kv, stride, out)
-				for d := range hd {
-					var want, mag float64
-					for j := range n {
-						want += float64(p[j]) * float64(kv[j*stride+d])
-						mag += math.Abs(float64(p[j]) * float64(kv[j*stride+d]))
-					}
-					if !closeTo(float64(out[d]), want, 1e-6, mag) {
-						t.Fatalf("%s: wsum[%d] = %g, want %g", name, d, out[d], want)
-					}
-				}
+				checkAttention(t, name, q, func(i int) float64 { return float64(kv[i]) }, stride, scores, p, out)
 			}
 		}
 		for _, n := range []int{1, 7, 8, 9, 37, 1000} {
@@ -123,32 +131,12 @@ func TestHalfCacheKernels(t *testing.T) {
 				kv32 := randFloats(rng, (n-1)*stride+hd, 1)
 				kv := make([]uint16, len(kv32))
 				toF16(kv, kv32)
-				at := func(i int) float64 { return float64(quant.F16ToF32(kv[i])) }
 				scores := make([]float32, n)
 				k.scores16(q, kv, stride, scores, 0.125)
-				for j := range n {
-					var want, mag float64
-					for d := range hd {
-						want += float64(q[d]) * at(j*stride+d)
-						mag += math.Abs(float64(q[d]) * at(j*stride+d))
-					}
-					if !closeTo(float64(scores[j]), 0.125*want, 1e-6, 0.125*mag) {
-						t.Fatalf("%s: score %d = %g, want %g", name, j, scores[j], 0.125*want)
-					}
-				}
 				p := randFloats(rng, n, 1)
 				out := randFloats(rng, hd, 1) // overwritten
 				k.wsum16(p, kv, stride, out)
-				for d := range hd {
-					var want, mag float64
-					for j := range n {
-						want += float64(p[j]) * at(j*stride+d)
-						mag += math.Abs(float64(p[j]) * at(j*stride+d))
-					}
-					if !closeTo(float64(out[d]), want, 1e-6, mag) {
-						t.Fatalf("%s: wsum[%d] = %g, want %g", name, d, out[d], want)
-					}
-				}
+				checkAttention(t, name, q, func(i int) float64 { return float64(quant.F16ToF32(kv[i])) }, stride, scores, p, out)
 			}
 		}
 	}
