@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,6 +158,9 @@ func Load(ctx context.Context, path string, opts ...Option) (*Model, error) {
 		if o.progress != nil {
 			o.progress(Progress{Stage: stage, Done: done, Total: total})
 		}
+	}
+	if o.cacheType != "" && !slices.Contains(engine.CacheTypes, o.cacheType) {
+		return nil, fmt.Errorf("weft: cache type %q: want one of %s", o.cacheType, strings.Join(engine.CacheTypes, ", "))
 	}
 	resolved, err := modelpath.Resolve(path)
 	if err != nil {
