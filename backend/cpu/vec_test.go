@@ -53,7 +53,8 @@ func checkAttention(t *testing.T, name string, q []float32, at func(i int) float
 // TestVectorKernels compares every level's attention and activation
 // kernels with float64 references on random data: head sizes that the
 // SIMD kernels take and ones they hand back to Go, strides wider than a
-// head, lengths that are not whole vectors.
+// head, lengths that are not whole vectors; the attention kernels also
+// over a cache of IEEE half floats.
 func TestVectorKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, k := range isas {
@@ -69,6 +70,12 @@ func TestVectorKernels(t *testing.T) {
 				out := randFloats(rng, hd, 1) // overwritten
 				k.wsum(p, kv, stride, out)
 				checkAttention(t, name, q, func(i int) float64 { return float64(kv[i]) }, stride, scores, p, out)
+				// The same over a cache of IEEE half floats.
+				kv16 := make([]uint16, len(kv))
+				toF16(kv16, kv)
+				k.scores16(q, kv16, stride, scores, 0.125)
+				k.wsum16(p, kv16, stride, out)
+				checkAttention(t, name+"/f16", q, func(i int) float64 { return float64(quant.F16ToF32(kv16[i])) }, stride, scores, p, out)
 			}
 		}
 		for _, n := range []int{1, 7, 8, 9, 37, 1000} {
@@ -117,29 +124,8 @@ func TestVectorKernels(t *testing.T) {
 	}
 }
 
-// TestHalfCacheKernels compares every level's attention kernels over a
-// cache of IEEE half floats with float64 references on the same halves,
-// and checks toF16 against quant's rounding.
-func TestHalfCacheKernels(t *testing.T) {
-	rng := rand.New(rand.NewPCG(8, 9))
-	for _, k := range isas {
-		for _, hd := range []int{8, 16, 24, 64, 80, 128} {
-			for _, n := range []int{1, 3, 17, 100} {
-				name := fmt.Sprintf("%s/hd%d/n%d", k.name, hd, n)
-				stride := hd*3 + 8
-				q := randFloats(rng, hd, 1)
-				kv32 := randFloats(rng, (n-1)*stride+hd, 1)
-				kv := make([]uint16, len(kv32))
-				toF16(kv, kv32)
-				scores := make([]float32, n)
-				k.scores16(q, kv, stride, scores, 0.125)
-				p := randFloats(rng, n, 1)
-				out := randFloats(rng, hd, 1) // overwritten
-				k.wsum16(p, kv, stride, out)
-				checkAttention(t, name, q, func(i int) float64 { return float64(quant.F16ToF32(kv[i])) }, stride, scores, p, out)
-			}
-		}
-	}
+// TestToF16 checks toF16 against quant's rounding (to nearest even).
+func TestToF16(t *testing.T) {
 	x := []float32{0, float32(math.Copysign(0, -1)), 1, 65504, 65520, 1e-8, float32(math.Inf(-1)), 3.14159}
 	h := make([]uint16, len(x))
 	toF16(h, x)
