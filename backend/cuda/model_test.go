@@ -191,6 +191,13 @@ func TestModelsAgainstCPU(t *testing.T) {
 				limit = 5e-2 // 2.9e-2 seen
 			case strings.HasSuffix(path, "-mlx4") && !vt.noBLAS:
 				limit = 1e-3
+			case vt.f16 && strings.Contains(path, "bf16"):
+				// BF16 weights: the GPU's prefill rounds activations to
+				// f16 for cuBLAS (4.3e-5 with float32 caches); a key or
+				// value that lands beside an f16 rounding boundary then
+				// rounds to the other neighbour in the cache, a whole f16
+				// step (1.7e-4 seen at the second chunk on an H100).
+				limit = 1e-3
 			case vt.noBLAS && strings.HasSuffix(path, "_K.gguf"):
 				// The GPU sums a K-quant product in float32 per chunk of
 				// 32 elements where the CPU scales each super-block's
@@ -355,18 +362,16 @@ func TestStoriesGreedy(t *testing.T) {
 //     matrix-vector kernels): 1e-4 (3.4e-6 seen on an H100).
 //   - Q8_0, Q4_0 with mmq (and without cuBLAS, for the F32 matrix): both
 //     backends round activations to int8 and sum each block's integers
-//     exactly: 1e-4 (5.7e-13 seen for Q8_0). Q4_0 reached 3.1e-4 at the
-//     third row of the second chunk, with or without cuBLAS and before
-//     and after the exact Q4_0 sums of the decode kernels (the random
-//     Q4_0 fixtures agree to 1e-13 in the same place), so Q4_0 is held
-//     to 1e-3. Those runs came before the CPU's GLU stopped depending on
-//     its worker count (backend/cpu TestThreadsAgree), a likely part of
-//     it; not re-measured on a GPU since.
+//     exactly, so the first chunk of 16 is held to 1e-4 (5.7e-13 seen
+//     for Q8_0). Later chunks attend to the cache in another float order
+//     than the CPU (as in TestModelsAgainstCPU), which now and then moves
+//     an int8 level of a later product: 1e-3 for the later chunks and
+//     the decode steps (on an H100: Q4_0 3.1e-4 and 5.9e-4 at the second
+//     chunk, Q5_0 8.6e-4 at its last row; Q8_0 and IQ4_NL 5e-13).
 //   - Q8_0, Q4_0 by default: cuBLAS multiplies the chunks in f16, 1e-2
 //     (3e-3 seen).
 //   - Q5_0 and IQ4_NL are stored as Q8_0 on the GPU without loss
-//     (convert.go's q8Exact), so they take Q8_0's limits: 1e-4 with mmq,
-//     1e-2 by default.
+//     (convert.go's q8Exact), so they take Q8_0's limits.
 //   - Q5_1, Q4_1 run as F16 weights on the GPU, with float activations
 //     where the CPU rounds them to int8: 1e-2 (8.1e-3 seen, the CPU's own
 //     int8 rounding).
@@ -381,12 +386,15 @@ func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 	for _, tc := range []struct {
 		typ   ggml.Type
 		mmq   bool
-		limit float64
+		first float64 // the first chunk's limit
+		limit float64 // the later chunks' and the decode steps'
 	}{
-		{ggml.F16, false, 1e-4}, {ggml.BF16, false, 1e-4}, {ggml.Q8_0, true, 1e-4}, {ggml.Q4_0, true, 1e-3},
-		{ggml.Q8_0, false, 1e-2}, {ggml.Q4_0, false, 1e-2},
-		{ggml.Q5_0, false, 1e-2}, {ggml.Q5_1, false, 1e-2}, {ggml.Q4_1, false, 1e-2}, {ggml.IQ4_NL, false, 1e-2},
-		{ggml.Q5_0, true, 1e-4}, {ggml.IQ4_NL, true, 1e-4},
+		{ggml.F16, false, 1e-4, 1e-4}, {ggml.BF16, false, 1e-4, 1e-4},
+		{ggml.Q8_0, true, 1e-4, 1e-3}, {ggml.Q4_0, true, 1e-4, 1e-3},
+		{ggml.Q5_0, true, 1e-4, 1e-3}, {ggml.IQ4_NL, true, 1e-4, 1e-3},
+		{ggml.Q8_0, false, 1e-2, 1e-2}, {ggml.Q4_0, false, 1e-2, 1e-2},
+		{ggml.Q5_0, false, 1e-2, 1e-2}, {ggml.Q5_1, false, 1e-2, 1e-2}, {ggml.Q4_1, false, 1e-2, 1e-2},
+		{ggml.IQ4_NL, false, 1e-2, 1e-2},
 	} {
 		typ, name := tc.typ, tc.typ.String()
 		if tc.mmq {
@@ -488,7 +496,9 @@ func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.compare("prefill", want, got, tc.limit)
+			n := 16 * cm.Vocab() // the first chunk (MaxBatch)
+			p.compare("prefill", want[:n], got[:n], tc.first)
+			p.compare("prefill after the first chunk", want[n:], got[n:], tc.limit)
 			last := want[len(want)-cm.Vocab():]
 			for step := range 24 {
 				ids := []int32{argmax(last)}
