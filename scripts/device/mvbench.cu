@@ -186,10 +186,17 @@ __global__ void __launch_bounds__(128) mv_persist(float* out, const signed char*
 
 // tiny stands for a norm: one block reads a row of K floats, sums its
 // squares and writes the row scaled, as int8 levels with a scale a 32.
-__global__ void __launch_bounds__(1024) tiny(signed char* qa, float* da, const float* x, const float* nw, int K) {
+// With pw set, its threads first prefetch pbytes from pw into L2 (the
+// next product's weight: it does not depend on the kernel before).
+__global__ void __launch_bounds__(1024) tiny(signed char* qa, float* da, const float* x, const float* nw, int K,
+                                             const u8* pw, u64 pbytes) {
     __shared__ float part[32];
     float wv[16];
     int n = 0;
+    for (u64 o = (u64)threadIdx.x << 16; pw && o < pbytes; o += 1024ull << 16) {
+        u32 len = (u32)min(pbytes - o, (u64)1 << 16);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pw + o), "r"(len) : "memory");
+    }
     for (int i = threadIdx.x; i < K && n < 16; i += 1024) wv[n++] = nw[i];
     pdl_wait();
     pdl_launch();
@@ -402,21 +409,28 @@ int main(int argc, char** argv) {
             auto k = pf == 0 ? mv_reg<4, 0> : pf == 1 ? mv_reg<4, 1> : mv_reg<4, 2>;
             CK(cudaLaunchKernelEx(&c, k, out, (const signed char*)qa, (const float*)da, (const u8*)w, K, N, rpb));
         };
-        auto tin = [&]() {
+        auto tin = [&](const u8* pw) {
             auto c = cfg(1, 1024, 0);
-            CK(cudaLaunchKernelEx(&c, tiny, qa2, da2, (const float*)xf, (const float*)nw, K));
+            CK(cudaLaunchKernelEx(&c, tiny, qa2, da2, (const float*)xf, (const float*)nw, K, pw, pw ? bytes : (u64)0));
         };
         for (int pf = 0; pf < 3; pf++) {
             char nm[64];
             snprintf(nm, sizeof nm, "reg4 pf%d", pf);
             run(nm, [&](u8* w) { prod(pf, w); }, 1);
         }
-        run("tiny alone", [&](u8*) { tin(); }, 1);
+        run("reg4 L2-hot", [&](u8*) { prod(0, ws[0]); }, 1);
+        run("tiny alone", [&](u8*) { tin(nullptr); }, 1);
         for (int pf = 0; pf < 3; pf++) {
             char nm[64];
             snprintf(nm, sizeof nm, "tiny+reg4 pf%d", pf);
-            run(nm, [&](u8* w) { tin(); prod(pf, w); }, 2);
+            run(nm, [&](u8* w) { tin(nullptr); prod(pf, w); }, 2);
         }
+        // The tiny kernel prefetching the whole next weight into L2; and
+        // three tiny kernels (a window like decode attention's) with the
+        // prefetch in the first.
+        run("tinyPF+reg4", [&](u8* w) { tin(w); prod(0, w); }, 2);
+        run("3tiny+reg4", [&](u8* w) { tin(nullptr); tin(nullptr); tin(nullptr); prod(0, w); }, 4);
+        run("3tinyPF+reg4", [&](u8* w) { tin(w); tin(nullptr); tin(nullptr); prod(0, w); }, 4);
         // The same 64 products in one launch with grid barriers between
         // them, sized to stay co-resident.
         {
