@@ -355,10 +355,11 @@ func TestGLUBlockWarps(t *testing.T) {
 	}
 }
 
-// TestNormThreads checks the norm's block size: the group's width rounded
-// up to a warp, at most maxNormThreads, or normThreads when it is set.
+// TestNormThreads checks the norm's block size: a thread an element
+// (rmsnorm) or a 16-byte chunk (rmsnorm_q8) of the group, rounded up to a
+// warp, at most maxNormThreads, or normThreads when it is set.
 func TestNormThreads(t *testing.T) {
-	for _, tc := range []struct{ force, want int }{{0, 64}, {32, 32}, {256, 64}} {
+	for _, tc := range []struct{ force, want, wantQ8 int }{{0, 64, 32}, {32, 32, 32}, {256, 64, 32}} {
 		pl, err := plan(layerProgram(t, "Q4_0", nil), planOptions{sms: 4, normThreads: tc.force})
 		if err != nil {
 			t.Fatal(err)
@@ -367,8 +368,12 @@ func TestNormThreads(t *testing.T) {
 		for _, c := range pl.calls {
 			if strings.HasPrefix(c.kernel, "rmsnorm") {
 				n++
-				if c.block != uint32(tc.want) {
-					t.Errorf("normThreads %d: %s blocks of %d threads, want %d", tc.force, c.kernel, c.block, tc.want)
+				want := tc.want
+				if c.kernel == "rmsnorm_q8" {
+					want = tc.wantQ8
+				}
+				if c.block != uint32(want) {
+					t.Errorf("normThreads %d: %s blocks of %d threads, want %d", tc.force, c.kernel, c.block, want)
 				}
 			}
 		}

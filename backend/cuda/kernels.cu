@@ -72,6 +72,50 @@ __device__ __forceinline__ void pdl() {
 #endif
 }
 
+// smem_addr is p's address in the shared window, as ldmatrix and cp.async
+// take it.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// cp_async16 copies 16 bytes from global to shared memory, or writes 16
+// zeros when ok is false (src is then not read). Before sm_80, whose
+// kernels (mmq, attention_split) take other paths, it compiles to a plain
+// load and store so that the source still compiles there.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
+#else
+    uint4 v = ok ? *(const uint4*)src : make_uint4(0, 0, 0, 0);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+#endif
+}
+
+// cp_async4 is cp_async16 for 4 bytes.
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0));
+#else
+    u32 v = ok ? *(const u32*)src : 0u;
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(v));
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 // dp4a: c + the dot product of a's and b's four signed bytes.
 __device__ __forceinline__ int dp4a(int a, int b, int c) {
     int d;
@@ -250,53 +294,85 @@ extern "C" __global__ void rmsnorm(float* out, const float* a, const float* w, c
     for (int i = threadIdx.x; i < group; i += blockDim.x) y[i] = x[i] * inv * w[i];
 }
 
+// norm_q8_chunk scales lane's 4 elements x (chunk c of the row: elements
+// 4c..4c+3) by inv and the norm weights w into y, and quantizes them as
+// quantize_q8 does: a block of 32 is the chunks of 8 consecutive lanes,
+// so its max and level sum take 3 shuffles, and a warp quantizes 4 blocks
+// at once. The levels and scales are those of q8_level (max, d, 127/max
+// and the rounding are the same operations on the same values). Every
+// lane of the warp calls it; live is false for chunks past the row (whole
+// groups of 8 lanes, the row being a multiple of 32).
+__device__ __forceinline__ void norm_q8_chunk(float4 x, float4 w, float inv, int c, bool live, float* y,
+                                              signed char* qa, float2* ds, int lane) {
+    float4 v = make_float4(x.x * inv * w.x, x.y * inv * w.y, x.z * inv * w.z, x.w * inv * w.w);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+    int q0 = (int)rintf(__fmul_rn(v.x, id)), q1 = (int)rintf(__fmul_rn(v.y, id));
+    int q2 = (int)rintf(__fmul_rn(v.z, id)), q3 = (int)rintf(__fmul_rn(v.w, id));
+    if (live) {
+        ((float4*)y)[c] = v;
+        ((char4*)qa)[c] = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
+    }
+    int sum = q0 + q1 + q2 + q3;
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (live && (lane & 7) == 0) ds[c >> 3] = make_float2(d, d * (float)sum);
+}
+
 // rmsnorm_q8 is rmsnorm over whole rows (group = cols, a multiple of 32)
 // that also quantizes its output as quantize_q8 does, for the product
-// that reads it next. Warp w of nw takes the blocks of 32 w, w+nw, ...;
+// that reads it next. Thread t of T takes the 16-byte chunks t, t+T, ...;
 // the first NORM_HELD of them stay in registers between the sum and the
 // scaling, and their norm weights are loaded before the wait for the
-// kernel before (they do not depend on it). Grid (1, rows).
-#define NORM_HELD 4
+// kernel before (they do not depend on it). T is a multiple of 32, so a
+// warp's chunks are 128 consecutive elements: 4 blocks of 32
+// (norm_q8_chunk). Grid (1, rows).
+#define NORM_HELD 2
 extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w, const int* meta, int which, int cols,
                                       int group, float eps, signed char* qa, float2* ds) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, nb = cols >> 5;
-    float wv[NORM_HELD], xv[NORM_HELD];
+    int lane = threadIdx.x & 31, T = blockDim.x, nc = cols >> 2;
+    const float4* w4 = (const float4*)w;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 wv[NORM_HELD], xv[NORM_HELD];
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) {
-        int b = warp + t * nw;
-        wv[t] = b < nb ? w[b * 32 + lane] : 0.f;
+        int c = threadIdx.x + t * T;
+        wv[t] = c < nc ? w4[c] : zero;
     }
     pdl();
     // The row is loaded before the row count is known (rows past the
     // batch are allocated), so the two loads overlap.
     int r = blockIdx.y;
-    const float* x = a + (u64)r * cols;
-    float* y = out + (u64)r * cols;
+    const float4* x = (const float4*)(a + (u64)r * cols);
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) {
-        int b = warp + t * nw;
-        xv[t] = b < nb ? x[b * 32 + lane] : 0.f;
+        int c = threadIdx.x + t * T;
+        xv[t] = c < nc ? x[c] : zero;
     }
     if (r >= meta[which]) return;
     float ss = 0.f;
 #pragma unroll
-    for (int t = 0; t < NORM_HELD; t++) ss += xv[t] * xv[t];
-    for (int b = warp + NORM_HELD * nw; b < nb; b += nw) ss += x[b * 32 + lane] * x[b * 32 + lane];
+    for (int t = 0; t < NORM_HELD; t++) ss += xv[t].x * xv[t].x + xv[t].y * xv[t].y + xv[t].z * xv[t].z + xv[t].w * xv[t].w;
+    for (int c = threadIdx.x + NORM_HELD * T; c < nc; c += T) {
+        float4 v = x[c];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
     ss = block_sum(ss);
     float inv = 1.f / sqrtf(ss / (float)cols + eps);
+    float* y = out + (u64)r * cols;
+    signed char* q = qa + (u64)r * cols;
+    float2* d = ds + (u64)r * (cols >> 5);
+    // A warp goes on while any of its lanes has a chunk (c - lane is the
+    // warp's first), so that every lane takes part in the shuffles.
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) {
-        int b = warp + t * nw;
-        if (b >= nb) break;
-        float v = xv[t] * inv * wv[t];
-        y[b * 32 + lane] = v;
-        q8_store(v, qa + (u64)r * cols + b * 32 + lane, ds + (u64)r * nb + b, lane);
+        int c = threadIdx.x + t * T;
+        if (c - lane >= nc) break;
+        norm_q8_chunk(xv[t], wv[t], inv, c, c < nc, y, q, d, lane);
     }
-    for (int b = warp + NORM_HELD * nw; b < nb; b += nw) {
-        int i = b * 32 + lane;
-        float v = x[i] * inv * w[i];
-        y[i] = v;
-        q8_store(v, qa + (u64)r * cols + i, ds + (u64)r * nb + b, lane);
+    for (int c = threadIdx.x + NORM_HELD * T; c - lane < nc; c += T) {
+        bool live = c < nc;
+        norm_q8_chunk(live ? x[c] : zero, live ? w4[c] : zero, inv, c, live, y, q, d, lane);
     }
 }
 

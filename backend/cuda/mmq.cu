@@ -25,35 +25,16 @@
 #define MQ_WARPS_T 2
 #define MQ_THREADS (32 * MQ_WARPS_W * MQ_WARPS_T)
 
-// smem_addr is p's address in the shared window, as ldmatrix and cp.async
-// take it.
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-// cp_async16 copies 16 bytes from global to shared memory, or writes 16
-// zeros when ok is false (src is then not read).
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async4(u32 dst, const void* src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
+// ldsm4 is ldmatrix of four 8x8 tiles (sm_75 and newer; mmq runs from
+// sm_80, and compiles to nothing before sm_75).
 __device__ __forceinline__ void ldsm4(u32 (&r)[4], u32 addr) {
+#if __CUDA_ARCH__ >= 750
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+#else
+    r[0] = r[1] = r[2] = r[3] = 0;
+#endif
 }
 
 // mma_s8 is c = a·b for a 16x32 int8 tile a (row-major) and a 32x8 tile b

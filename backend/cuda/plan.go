@@ -566,7 +566,13 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		c := call{kernel: "rmsnorm", gridX: uint32(cols(op.A) / op.Group), gridY: rows, block: block, which: which,
 			args: []arg{buf(op.Out), buf(op.A), weight(op.W), meta, i32(which), i32(cols(op.A)), i32(op.Group), f32(op.Eps)}}
 		if st.fuse != nil && op.Group == cols(op.A) && op.Group%32 == 0 {
-			return fusedQ8(st, c, "rmsnorm_q8", op.Group), nil
+			calls := fusedQ8(st, c, "rmsnorm_q8", op.Group)
+			for i := range calls {
+				if calls[i].kernel == "rmsnorm_q8" { // a thread a 16-byte chunk
+					calls[i].block = uint32(min(cmp.Or(opt.normThreads, maxNormThreads), 1024, (op.Group/4+31)/32*32))
+				}
+			}
+			return calls, nil
 		}
 		return []call{c}, nil
 

@@ -418,6 +418,10 @@ int main(int argc, char** argv) {
             snprintf(nm, sizeof nm, "reg4 pf%d", pf);
             run(nm, [&](u8* w) { prod(pf, w); }, 1);
         }
+        run("reg2", [&](u8* w) {
+            auto c = cfg(grid, 128, 0);
+            CK(cudaLaunchKernelEx(&c, mv_reg<2, 0>, out, (const signed char*)qa, (const float*)da, (const u8*)w, K, N, rpb));
+        }, 1);
         run("reg4 L2-hot", [&](u8*) { prod(0, ws[0]); }, 1);
         run("tiny alone", [&](u8*) { tin(nullptr); }, 1);
         for (int pf = 0; pf < 3; pf++) {
