@@ -184,6 +184,60 @@ __global__ void __launch_bounds__(128) mv_persist(float* out, const signed char*
     }
 }
 
+// mv_glu mimics the engine's GLU kernel on a gate+up shape (rows [0, H)
+// of w are the gate rows, [H, 2H) the up rows): a warp a row of each, B
+// chunks of both in flight a lane, blocks of 4 warps over groups of R
+// rows (4 a pass); with EPI, the group's R results go through shared
+// memory and warp 0 writes them (as the engine quantizes a block of 32),
+// else each warp writes its own. out[j] = silu(gate_j · x) * (up_j · x).
+template <int B, int R, bool EPI>
+__global__ void __launch_bounds__(128) mv_glu(float* out, const signed char* qa, const float* da, const u8* w, int K, int N) {
+    int H = N / 2, nc = K >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    u64 rowBytes = K / 2, dOff = (u64)N * rowBytes;
+    __shared__ float res[R];
+    pdl_wait();
+    pdl_launch();
+    for (int g = blockIdx.x; g < H / R; g += gridDim.x) {
+        for (int lr0 = 0; lr0 < R; lr0 += 4) {
+            int j = g * R + lr0 + warp;
+            const u8* rg = w + (u64)j * rowBytes;
+            const u8* ru = w + (u64)(H + j) * rowBytes;
+            const u16* dg = (const u16*)(w + dOff) + (u64)j * nc;
+            const u16* du = (const u16*)(w + dOff) + (u64)(H + j) * nc;
+            float a0 = 0.f, a1 = 0.f;
+            for (int c0 = lane; c0 < nc; c0 += B * 32) {
+                uint4 q0[B], q1[B];
+                float d0[B], d1[B];
+#pragma unroll
+                for (int u = 0; u < B; u++) {
+                    int c = c0 + u * 32;
+                    if (c < nc) { q0[u] = ldw(rg + (u64)c * 16); q1[u] = ldw(ru + (u64)c * 16); d0[u] = h2f(dg[c]); d1[u] = h2f(du[c]); }
+                }
+#pragma unroll
+                for (int u = 0; u < B; u++) {
+                    int c = c0 + u * 32;
+                    if (c < nc) {
+                        a0 += d0[u] * da[c] * (float)q4dot(q0[u], (const int4*)(qa + c * 32));
+                        a1 += d1[u] * da[c] * (float)q4dot(q1[u], (const int4*)(qa + c * 32));
+                    }
+                }
+            }
+            a0 = warp_sum(a0);
+            a1 = warp_sum(a1);
+            float v = a0 / (1.f + __expf(-a0)) * a1;
+            if (lane == 0) {
+                if (EPI) res[lr0 + warp] = v;
+                else out[j] = v;
+            }
+        }
+        if (EPI) {
+            __syncthreads();
+            if (warp == 0 && lane < R) out[g * R + lane] = res[lane];
+            __syncthreads();
+        }
+    }
+}
+
 // tiny stands for a norm: one block reads a row of K floats, sums its
 // squares and writes the row scaled, as int8 levels with a scale a 32.
 // With pw set, its threads first prefetch pbytes from pw into L2 (the
@@ -369,6 +423,8 @@ int main(int argc, char** argv) {
             CK(cudaMemcpy(xf, hx.data(), 4 * K, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(nw, hx.data(), 4 * K, cudaMemcpyHostToDevice));
         }
+        std::vector<double>* cmpRef = &ref;
+        int cmpN = N;
         // run times a graph of reps launches (per launches a call of launch) and reports per call.
         auto run = [&](const char* name, auto launch, int per, int ops = 1) {
             CK(cudaMemset(out, 0xff, 4 * N));
@@ -378,10 +434,10 @@ int main(int argc, char** argv) {
             CK(cudaStreamEndCapture(st, &g));
             CK(cudaGraphInstantiate(&ge, g, 0));
             CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
-            std::vector<float> got(N);
-            CK(cudaMemcpy(got.data(), out, 4 * N, cudaMemcpyDeviceToHost));
+            std::vector<float> got(cmpN);
+            CK(cudaMemcpy(got.data(), out, 4 * cmpN, cudaMemcpyDeviceToHost));
             double num = 0, den = 0;
-            for (int j = 0; j < N; j++) { num += (got[j] - ref[j]) * (got[j] - ref[j]); den += ref[j] * ref[j]; }
+            for (int j = 0; j < cmpN; j++) { num += (got[j] - (*cmpRef)[j]) * (got[j] - (*cmpRef)[j]); den += (*cmpRef)[j] * (*cmpRef)[j]; }
             cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
             std::vector<float> ts;
             for (int r = 0; r < 15; r++) {
@@ -417,6 +473,26 @@ int main(int argc, char** argv) {
             char nm[64];
             snprintf(nm, sizeof nm, "reg4 pf%d", pf);
             run(nm, [&](u8* w) { prod(pf, w); }, 1);
+        }
+        if (strstr(sh.name, "gate+up")) {
+            std::vector<double> gref(N / 2);
+            for (int j = 0; j < N / 2; j++) gref[j] = ref[j] / (1 + exp(-ref[j])) * ref[N / 2 + j];
+            cmpRef = &gref;
+            cmpN = N / 2;
+            auto glu = [&](const char* nm, auto k, int groups) {
+                run(nm, [&](u8* w) {
+                    auto c = cfg(std::min(groups, 4 * sms), 128, 0);
+                    CK(cudaLaunchKernelEx(&c, k, out, (const signed char*)qa, (const float*)da, (const u8*)w, K, N));
+                }, 1);
+            };
+            glu("glu R32 B4 epi", mv_glu<4, 32, true>, N / 2 / 32);
+            glu("glu R32 B4", mv_glu<4, 32, false>, N / 2 / 32);
+            glu("glu R32 B2 epi", mv_glu<2, 32, true>, N / 2 / 32);
+            glu("glu R16 B4 epi", mv_glu<4, 16, true>, N / 2 / 16);
+            glu("glu R4 B4", mv_glu<4, 4, false>, N / 2 / 4);
+            glu("glu R4 B2", mv_glu<2, 4, false>, N / 2 / 4);
+            cmpRef = &ref;
+            cmpN = N;
         }
         run("reg2", [&](u8* w) {
             auto c = cfg(grid, 128, 0);
