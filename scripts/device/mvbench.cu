@@ -238,6 +238,78 @@ __global__ void __launch_bounds__(128) mv_glu(float* out, const signed char* qa,
     }
 }
 
+// mv_gluq is mv_glu<B, 4, false> that also quantizes its output in
+// blocks of 32 as the engine must for the down product: a block of 32
+// rows is 8 groups of 4, computed by whichever blocks take them; after
+// writing a group, the block counts it (cnt[qb], after a fence), and the
+// block that counts a quant block's eighth group quantizes it from the
+// written floats and resets its count. The count's result is read only
+// after the next group's products, so the atomic's round trip overlaps
+// them.
+template <int B>
+__global__ void __launch_bounds__(128) mv_gluq(float* out, const signed char* qa, const float* da, const u8* w, int K, int N,
+                                               unsigned* cnt, signed char* qo, float2* dso) {
+    int H = N / 2, nc = K >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    u64 rowBytes = K / 2, dOff = (u64)N * rowBytes;
+    pdl_wait();
+    pdl_launch();
+    int pendQ = -1;
+    unsigned pendOld = 0;
+    auto finish = [&]() {
+        if (warp != 0 || pendQ < 0) return;
+        unsigned old = __shfl_sync(0xffffffffu, pendOld, 0);
+        if (old != 7) return;
+        __threadfence();
+        float v = __ldcg(out + pendQ * 32 + lane);
+        float amax = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+        int q = (int)rintf(v * id), sum = q;
+        qo[pendQ * 32 + lane] = (signed char)q;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) { dso[pendQ] = make_float2(d, d * (float)sum); cnt[pendQ] = 0; }
+    };
+    for (int g = blockIdx.x; g < H / 4; g += gridDim.x) {
+        int j = g * 4 + warp;
+        const u8* rg = w + (u64)j * rowBytes;
+        const u8* ru = w + (u64)(H + j) * rowBytes;
+        const u16* dg = (const u16*)(w + dOff) + (u64)j * nc;
+        const u16* du = (const u16*)(w + dOff) + (u64)(H + j) * nc;
+        float a0 = 0.f, a1 = 0.f;
+        for (int c0 = lane; c0 < nc; c0 += B * 32) {
+            uint4 q0[B], q1[B];
+            float d0[B], d1[B];
+#pragma unroll
+            for (int u = 0; u < B; u++) {
+                int c = c0 + u * 32;
+                if (c < nc) { q0[u] = ldw(rg + (u64)c * 16); q1[u] = ldw(ru + (u64)c * 16); d0[u] = h2f(dg[c]); d1[u] = h2f(du[c]); }
+            }
+#pragma unroll
+            for (int u = 0; u < B; u++) {
+                int c = c0 + u * 32;
+                if (c < nc) {
+                    a0 += d0[u] * da[c] * (float)q4dot(q0[u], (const int4*)(qa + c * 32));
+                    a1 += d1[u] * da[c] * (float)q4dot(q1[u], (const int4*)(qa + c * 32));
+                }
+            }
+        }
+        a0 = warp_sum(a0);
+        a1 = warp_sum(a1);
+        if (lane == 0) {
+            out[j] = a0 / (1.f + __expf(-a0)) * a1;
+            __threadfence();
+        }
+        finish(); // the previous group's quant block, if this block completed it
+        __syncthreads();
+        pendQ = -1;
+        if (warp == 0) {
+            pendQ = g >> 3;
+            if (lane == 0) pendOld = atomicAdd(cnt + pendQ, 1u);
+        }
+    }
+    finish();
+}
+
 // tiny stands for a norm: one block reads a row of K floats, sums its
 // squares and writes the row scaled, as int8 levels with a scale a 32.
 // With pw set, its threads first prefetch pbytes from pw into L2 (the
@@ -491,6 +563,33 @@ int main(int argc, char** argv) {
             glu("glu R16 B4 epi", mv_glu<4, 16, true>, N / 2 / 16);
             glu("glu R4 B4", mv_glu<4, 4, false>, N / 2 / 4);
             glu("glu R4 B2", mv_glu<2, 4, false>, N / 2 / 4);
+            {
+                unsigned* cnt;
+                signed char* qo;
+                float2* dso;
+                CK(cudaMalloc(&cnt, N / 64 * 4)); CK(cudaMemset(cnt, 0, N / 64 * 4));
+                CK(cudaMalloc(&qo, N / 2)); CK(cudaMalloc(&dso, N / 64 * 8));
+                for (int b : {2, 4}) {
+                    auto k = b == 2 ? mv_gluq<2> : mv_gluq<4>;
+                    run(b == 2 ? "gluq B2" : "gluq B4", [&](u8* w) {
+                        auto c = cfg(4 * sms, 128, 0);
+                        CK(cudaLaunchKernelEx(&c, k, out, (const signed char*)qa, (const float*)da, (const u8*)w, K, N, cnt, qo, dso));
+                    }, 1);
+                }
+                // the levels against the floats: every count back at zero, |d*q - v| <= d/2
+                std::vector<float> hv(N / 2), hd(N / 32);
+                std::vector<signed char> hq(N / 2);
+                std::vector<unsigned> hc(N / 64);
+                CK(cudaMemcpy(hv.data(), out, 2 * N, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(hq.data(), qo, N / 2, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(hd.data(), dso, N / 64 * 8, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(hc.data(), cnt, N / 64 * 4, cudaMemcpyDeviceToHost));
+                int bad = 0;
+                for (int i = 0; i < N / 2; i++) if (fabs(hd[2 * (i / 32)] * hq[i] - hv[i]) > 0.51 * hd[2 * (i / 32)] + 1e-6) bad++;
+                for (auto c : hc) if (c != 0) bad++;
+                printf("%-24s gluq check: %d bad\n", sh.name, bad);
+                cudaFree(cnt); cudaFree(qo); cudaFree(dso);
+            }
             cmpRef = &ref;
             cmpN = N;
         }
