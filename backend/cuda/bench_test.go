@@ -136,9 +136,10 @@ func BenchmarkPrefill(b *testing.B) {
 // notes measure, into $WEFT_BENCH_SYNTH: each Hugging Face config named in
 // $WEFT_BENCH_CONFIGS (name=path, comma-separated) at Q4_0, Q8_0 and
 // BF16 (or the types in $WEFT_BENCH_TYPES), as name-TYPE.gguf, all at
-// once (one goroutine a file). With WEFT_BENCH_FAST=1 Q8_0 and Q4_0
-// models get random quants instead of quantized normal values (fastSynth:
-// seconds instead of minutes for an 8B shape).
+// once (one goroutine a file). With WEFT_BENCH_FAST=1 the models get
+// random quants (Q8_0, Q4_0, Q5_0, IQ4_NL) or random BF16 values instead
+// of quantized normal values (fastSynth: seconds instead of minutes for an
+// 8B shape).
 func TestSynthBenchModels(t *testing.T) {
 	dir, configs := os.Getenv("WEFT_BENCH_SYNTH"), os.Getenv("WEFT_BENCH_CONFIGS")
 	if dir == "" || configs == "" {
@@ -174,10 +175,12 @@ func TestSynthBenchModels(t *testing.T) {
 				defer wg.Done()
 				out := filepath.Join(dir, name+"-"+typ.String()+".gguf")
 				f, err := os.Create(out)
-				if err == nil && fast {
-					err = fastSynth(f, c, d, typ, name)
-				} else if err == nil {
-					err = synth.Write(f, c, d, synth.Options{Type: typ, Seed: 1, Name: name})
+				if err == nil {
+					if fast {
+						err = fastSynth(f, c, d, typ, name)
+					} else {
+						err = synth.Write(f, c, d, synth.Options{Type: typ, Seed: 1, Name: name})
+					}
 					if cerr := f.Close(); err == nil {
 						err = cerr
 					}
@@ -196,18 +199,18 @@ func TestSynthBenchModels(t *testing.T) {
 }
 
 // fastSynth writes what synth.Write does for a dense architecture whose
-// matrices all take typ (Q8_0 or Q4_0, with uniformly random quants and
-// block scales that give the weights synth's standard deviation, 0.02; or
+// matrices all take typ (Q8_0, Q4_0, Q5_0 or IQ4_NL, with uniformly random
+// quants and block scales that give the weights synth's standard
+// deviation, 0.02; or
 // BF16, with random signs and mantissas of magnitudes in [2^-7, 2^-5)):
 // products and attention cost what they cost on any weights, and the
 // file is written at the speed of the disk.
 func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type, name string) error {
-	// Standard deviation of a quant: uniform over [-128, 127] or [-8, 7].
-	qstd := 73.9
-	if typ == ggml.Q4_0 {
-		qstd = 4.61
-	} else if typ != ggml.Q8_0 && typ != ggml.BF16 {
-		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0 or BF16", typ)
+	// The root mean square of a quant's level: uniform over [-128, 127],
+	// [-8, 7], [-16, 15], or IQ4_NL's 16 levels.
+	qstd, ok := fastSynthLevels[typ]
+	if !ok {
+		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0, Q5_0, IQ4_NL or BF16", typ)
 	}
 	if d.QKVBias || len(d.Required) == 0 {
 		return fmt.Errorf("fastSynth: architecture %s has biases or no layers", d.Name)
@@ -270,8 +273,13 @@ func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type,
 	return bw.Flush()
 }
 
+// fastSynthLevels are the types fastSynth writes, with the root mean
+// square of their random levels (1 for BF16, whose values are random).
+var fastSynthLevels = map[ggml.Type]float64{ggml.Q8_0: 73.9, ggml.Q4_0: 4.61, ggml.Q5_0: 9.23, ggml.IQ4_NL: 67.4, ggml.BF16: 1}
+
 // fastFill writes n values of type t: F32 ones (norm gains), or blocks of
-// 32 with the f16 scale and random quant bytes.
+// 32 with the f16 scale and random quant bytes (every byte pattern after
+// the scale is a valid block of these types).
 func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) error {
 	if t == ggml.F32 {
 		b := make([]byte, 4*n)
@@ -301,18 +309,21 @@ func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) err
 		}
 		return nil
 	}
-	blockBytes := 34
-	if t == ggml.Q4_0 {
-		blockBytes = 18
+	bb, err := t.RowBytes(32)
+	if err != nil {
+		return err
 	}
+	blockBytes := int(bb)
 	buf := make([]byte, perWrite*blockBytes)
 	for done := 0; done < n/32; done += perWrite {
 		nb := min(perWrite, n/32-done)
 		for b := range nb {
 			blk := buf[b*blockBytes : (b+1)*blockBytes]
 			binary.LittleEndian.PutUint16(blk, scale)
-			for i := 2; i+8 <= blockBytes; i += 8 {
-				binary.LittleEndian.PutUint64(blk[i:], rng.Uint64())
+			for i := 2; i < blockBytes; i += 8 {
+				var r [8]byte
+				binary.LittleEndian.PutUint64(r[:], rng.Uint64())
+				copy(blk[i:], r[:])
 			}
 		}
 		if _, err := w.Write(buf[:nb*blockBytes]); err != nil {
@@ -496,7 +507,7 @@ func TestFastSynth(t *testing.T) {
 	c := weights.Config{Architecture: "llama", NLayers: 2, Dim: 64, NHeads: 4, NKVHeads: 2, HeadDim: 16,
 		FFNDim: 128, VocabSize: 300, ContextLength: 64, NormEps: 1e-5, RopeTheta: 10000, RopeDim: 16}
 	d, _ := arch.Lookup("llama")
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.BF16} {
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.IQ4_NL, ggml.BF16} {
 		path := filepath.Join(t.TempDir(), "m.gguf")
 		f, err := os.Create(path)
 		if err != nil {
