@@ -184,6 +184,37 @@ __global__ void __launch_bounds__(128) mv_persist(float* out, const signed char*
     }
 }
 
+// glu_dot: lane's share of gate row j and up row H + j of w against the
+// activations, B chunks of each in flight, summed over the warp.
+template <int B>
+__device__ __forceinline__ void glu_dot(float& a0, float& a1, const u8* w, int j, int H, int nc, u64 rowBytes, u64 dOff,
+                                        const signed char* qa, const float* da, int lane) {
+    const u8* rg = w + (u64)j * rowBytes;
+    const u8* ru = w + (u64)(H + j) * rowBytes;
+    const u16* dg = (const u16*)(w + dOff) + (u64)j * nc;
+    const u16* du = (const u16*)(w + dOff) + (u64)(H + j) * nc;
+    a0 = 0.f, a1 = 0.f;
+    for (int c0 = lane; c0 < nc; c0 += B * 32) {
+        uint4 q0[B], q1[B];
+        float d0[B], d1[B];
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            int c = c0 + u * 32;
+            if (c < nc) { q0[u] = ldw(rg + (u64)c * 16); q1[u] = ldw(ru + (u64)c * 16); d0[u] = h2f(dg[c]); d1[u] = h2f(du[c]); }
+        }
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            int c = c0 + u * 32;
+            if (c < nc) {
+                a0 += d0[u] * da[c] * (float)q4dot(q0[u], (const int4*)(qa + c * 32));
+                a1 += d1[u] * da[c] * (float)q4dot(q1[u], (const int4*)(qa + c * 32));
+            }
+        }
+    }
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+}
+
 // mv_glu mimics the engine's GLU kernel on a gate+up shape (rows [0, H)
 // of w are the gate rows, [H, 2H) the up rows): a warp a row of each, B
 // chunks of both in flight a lane, blocks of 4 warps over groups of R
@@ -200,30 +231,8 @@ __global__ void __launch_bounds__(128) mv_glu(float* out, const signed char* qa,
     for (int g = blockIdx.x; g < H / R; g += gridDim.x) {
         for (int lr0 = 0; lr0 < R; lr0 += 4) {
             int j = g * R + lr0 + warp;
-            const u8* rg = w + (u64)j * rowBytes;
-            const u8* ru = w + (u64)(H + j) * rowBytes;
-            const u16* dg = (const u16*)(w + dOff) + (u64)j * nc;
-            const u16* du = (const u16*)(w + dOff) + (u64)(H + j) * nc;
-            float a0 = 0.f, a1 = 0.f;
-            for (int c0 = lane; c0 < nc; c0 += B * 32) {
-                uint4 q0[B], q1[B];
-                float d0[B], d1[B];
-#pragma unroll
-                for (int u = 0; u < B; u++) {
-                    int c = c0 + u * 32;
-                    if (c < nc) { q0[u] = ldw(rg + (u64)c * 16); q1[u] = ldw(ru + (u64)c * 16); d0[u] = h2f(dg[c]); d1[u] = h2f(du[c]); }
-                }
-#pragma unroll
-                for (int u = 0; u < B; u++) {
-                    int c = c0 + u * 32;
-                    if (c < nc) {
-                        a0 += d0[u] * da[c] * (float)q4dot(q0[u], (const int4*)(qa + c * 32));
-                        a1 += d1[u] * da[c] * (float)q4dot(q1[u], (const int4*)(qa + c * 32));
-                    }
-                }
-            }
-            a0 = warp_sum(a0);
-            a1 = warp_sum(a1);
+            float a0, a1;
+            glu_dot<B>(a0, a1, w, j, H, nc, rowBytes, dOff, qa, da, lane);
             float v = a0 / (1.f + __expf(-a0)) * a1;
             if (lane == 0) {
                 if (EPI) res[lr0 + warp] = v;
@@ -271,30 +280,8 @@ __global__ void __launch_bounds__(128) mv_gluq(float* out, const signed char* qa
     };
     for (int g = blockIdx.x; g < H / 4; g += gridDim.x) {
         int j = g * 4 + warp;
-        const u8* rg = w + (u64)j * rowBytes;
-        const u8* ru = w + (u64)(H + j) * rowBytes;
-        const u16* dg = (const u16*)(w + dOff) + (u64)j * nc;
-        const u16* du = (const u16*)(w + dOff) + (u64)(H + j) * nc;
-        float a0 = 0.f, a1 = 0.f;
-        for (int c0 = lane; c0 < nc; c0 += B * 32) {
-            uint4 q0[B], q1[B];
-            float d0[B], d1[B];
-#pragma unroll
-            for (int u = 0; u < B; u++) {
-                int c = c0 + u * 32;
-                if (c < nc) { q0[u] = ldw(rg + (u64)c * 16); q1[u] = ldw(ru + (u64)c * 16); d0[u] = h2f(dg[c]); d1[u] = h2f(du[c]); }
-            }
-#pragma unroll
-            for (int u = 0; u < B; u++) {
-                int c = c0 + u * 32;
-                if (c < nc) {
-                    a0 += d0[u] * da[c] * (float)q4dot(q0[u], (const int4*)(qa + c * 32));
-                    a1 += d1[u] * da[c] * (float)q4dot(q1[u], (const int4*)(qa + c * 32));
-                }
-            }
-        }
-        a0 = warp_sum(a0);
-        a1 = warp_sum(a1);
+        float a0, a1;
+        glu_dot<B>(a0, a1, w, j, H, nc, rowBytes, dOff, qa, da, lane);
         if (lane == 0) {
             out[j] = a0 / (1.f + __expf(-a0)) * a1;
             __threadfence();
