@@ -201,13 +201,11 @@ func TestSynthBenchModels(t *testing.T) {
 // fastSynth writes what synth.Write does for a dense architecture whose
 // matrices all take typ (Q8_0, Q4_0, Q5_0 or IQ4_NL, with uniformly random
 // quants and block scales that give the weights synth's standard
-// deviation, 0.02; or
-// BF16, with random signs and mantissas of magnitudes in [2^-7, 2^-5)):
+// deviation, 0.02; or BF16, with random signs and mantissas of magnitudes
+// in [2^-7, 2^-5)):
 // products and attention cost what they cost on any weights, and the
 // file is written at the speed of the disk.
 func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type, name string) error {
-	// The root mean square of a quant's level: uniform over [-128, 127],
-	// [-8, 7], [-16, 15], or IQ4_NL's 16 levels.
 	qstd, ok := fastSynthLevels[typ]
 	if !ok {
 		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0, Q5_0, IQ4_NL or BF16", typ)
@@ -274,7 +272,9 @@ func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type,
 }
 
 // fastSynthLevels are the types fastSynth writes, with the root mean
-// square of their random levels (1 for BF16, whose values are random).
+// square of their random levels: uniform over [-128, 127], [-8, 7] and
+// [-16, 15], or over IQ4_NL's 16 levels (1 for BF16, whose values are
+// random).
 var fastSynthLevels = map[ggml.Type]float64{ggml.Q8_0: 73.9, ggml.Q4_0: 4.61, ggml.Q5_0: 9.23, ggml.IQ4_NL: 67.4, ggml.BF16: 1}
 
 // fastFill writes n values of type t: F32 ones (norm gains), or blocks of
