@@ -101,7 +101,9 @@ ATTENTION(attention_h, u16)
 // positions uses ns = min(S, ceil(n / keys)) runs of whole tiles of kt ≤
 // 32 keys (blocks s >= ns return at once, so a short context costs what
 // its length needs whatever the plan's S). Block (kvh, s) loads its run a
-// tile at a time into shared memory (keys [kt][hd+4], values [kt][hd])
+// tile at a time into shared memory (keys [kt][hd+4], values [kt][hd];
+// by cp.async for float caches from sm_80, the queries' loads overlapping
+// the first tile's copies)
 // and runs an online softmax for each query head of kvh (warp w takes
 // heads w, w+AS_WARPS, ...; lane j scores key j of the tile, then owns
 // dims j, j+32, ... of the output). Each head's partial result (acc[hd],
@@ -117,7 +119,7 @@ ATTENTION(attention_h, u16)
 #define AS_ND 8
 #define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
 
-template <typename C>
+template <typename C, bool ASYNC>
 __device__ __forceinline__ void attention_split_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
@@ -143,7 +145,6 @@ __device__ __forceinline__ void attention_split_t(
     int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
     u64 base = (u64)slot * cap * kvdim + (u64)kvh * hd;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
-    for (int i = tid; i < G * hd; i += blockDim.x) Qs[i] = qb[i];
 
     float m[AS_HPW], l[AS_HPW], acc[AS_HPW][AS_ND];
 #pragma unroll
@@ -155,12 +156,35 @@ __device__ __forceinline__ void attention_split_t(
     }
     for (int t0 = j0; t0 < j1; t0 += kt) {
         int nt = min(kt, j1 - t0);
-        __syncthreads(); // the previous tile is consumed (and Qs written)
-        for (int i = tid; i < nt * hd4; i += blockDim.x) {
-            int key = i / hd4, c = (i - key * hd4) << 2;
-            u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
-            *(float4*)&Ks[key * hdp + c] = cld4(kc, at);
-            *(float4*)&Vs[key * hd + c] = cld4(vc, at);
+        __syncthreads(); // the previous tile is consumed
+        // Float caches (sm_80 and newer): the tile's keys and values are
+        // copied into shared memory by cp.async, every copy of the thread
+        // in flight at once, and the first tile's copies overlap the
+        // queries' loads.
+        bool copied = false;
+#if __CUDA_ARCH__ >= 800
+        if constexpr (ASYNC && sizeof(C) == 4) {
+            for (int i = tid; i < nt * hd4; i += blockDim.x) {
+                int key = i / hd4, c = (i - key * hd4) << 2;
+                u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
+                cp_async16(smem_addr(&Ks[key * hdp + c]), kc + at, true);
+                cp_async16(smem_addr(&Vs[key * hd + c]), vc + at, true);
+            }
+            cp_async_commit();
+            copied = true;
+        }
+#endif
+        if (t0 == j0)
+            for (int i = tid; i < G * hd; i += blockDim.x) Qs[i] = qb[i];
+        if (copied) {
+            cp_async_wait<0>();
+        } else {
+            for (int i = tid; i < nt * hd4; i += blockDim.x) {
+                int key = i / hd4, c = (i - key * hd4) << 2;
+                u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
+                *(float4*)&Ks[key * hdp + c] = cld4(kc, at);
+                *(float4*)&Vs[key * hd + c] = cld4(vc, at);
+            }
         }
         __syncthreads();
 #pragma unroll
@@ -290,16 +314,18 @@ __device__ __forceinline__ void attention_split_t(
     }
 }
 
-#define ATTENTION_SPLIT(name, C)                                                                                 \
+#define ATTENTION_SPLIT(name, C, ASYNC)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) name(                                              \
         float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,   \
         int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,  \
         float* part, int* count, int S, int kt, int keys) {                                                         \
-        attention_split_t<C>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window, qa,   \
+        attention_split_t<C, ASYNC>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window, qa,   \
                              ds, part, count, S, kt, keys);                                                         \
     }
-ATTENTION_SPLIT(attention_split, float)
-ATTENTION_SPLIT(attention_split_h, u16)
+ATTENTION_SPLIT(attention_split, float, true)
+ATTENTION_SPLIT(attention_split_h, u16, false)
+// The float kernel without cp.async (WEFT_CUDA_ATTN_SYNC=1, for comparisons).
+ATTENTION_SPLIT(attention_split_sync, float, false)
 
 // attention_tiled is the prefill path: one block per (kv head, AT_ROWS
 // consecutive rows). Rows of one slot form a segment whose query vectors

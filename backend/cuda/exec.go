@@ -116,7 +116,7 @@ func omitCalls(calls []call, omit string) []call {
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys(),
-		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", gluWarps: envInt("WEFT_CUDA_GLU_WARPS"),
+		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
 		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32})
 	if err != nil {
 		return nil, err

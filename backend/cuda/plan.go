@@ -259,6 +259,7 @@ type planOptions struct {
 	splitKeys int
 	noOneRow  bool // no one-row twins (WEFT_CUDA_ONEROW=0)
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
+	attnSync  bool // attention_split_sync for float caches (WEFT_CUDA_ATTN_SYNC=1, for comparisons)
 	oneRowMax int  // weight bytes above which a launch has no one-row twin (0: oneRowMaxBytes)
 	// normThreads, a multiple of 32, bounds a norm block's threads (0:
 	// maxNormThreads; WEFT_CUDA_NORM_THREADS, for comparisons).
@@ -645,6 +646,9 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		for i := range calls {
 			if strings.HasPrefix(calls[i].kernel, "attention") {
 				calls[i].kernel = cacheKernel(calls[i].kernel, p.Caches[op.Layer])
+			}
+			if opt.attnSync && calls[i].kernel == "attention_split" {
+				calls[i].kernel = "attention_split_sync"
 			}
 		}
 		return calls, nil
