@@ -67,6 +67,7 @@ type launch struct {
 	which  int
 	cond   cond
 	gemm   *boundGemm
+	serial bool // launched without programmatic dependent launch
 }
 
 type boundGemm struct {
@@ -379,9 +380,11 @@ func (e *exec) bind(calls []call) error {
 		e.params[i] = uintptr(unsafe.Pointer(&e.args[i]))
 	}
 	at := 0
+	serial := strings.Split(os.Getenv("WEFT_CUDA_SERIAL"), ",")
 	for _, c := range calls {
 		l := launch{op: c.op, head: e.p.Ops[c.op].Head, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
-			which: c.which, cond: c.cond}
+			which: c.which, cond: c.cond,
+			serial: c.serial || slices.ContainsFunc(serial, func(p string) bool { return p != "" && strings.HasPrefix(c.kernel, p) })}
 		if c.gemm != nil {
 			g := c.gemm
 			l.gemm = &boundGemm{out: e.resolve(g.out), x: e.resolve(g.x), w: e.resolve(g.w), n: g.n, k: g.k}

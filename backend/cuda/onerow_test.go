@@ -1,6 +1,9 @@
 package cuda
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestOneRowTwin checks the one-row twins' rows per block and grids on an
 // H100-sized device: half a warp a row where that still makes two blocks
@@ -83,6 +86,31 @@ func TestOneRowMax(t *testing.T) {
 	}{{0, false}, {32 << 20, true}, {64 << 20, true}, {16 << 20, false}} {
 		if _, ok := oneRowTwin(c, planOptions{sms: 132, oneRowMax: tc.limit}); ok != tc.twin {
 			t.Errorf("limit %d: twin %v, want %v", tc.limit, ok, tc.twin)
+		}
+	}
+}
+
+// TestBreakChains checks that only a GLU launch that also runs batches of
+// one row (no one-row twin) launches without programmatic dependent
+// launch.
+func TestBreakChains(t *testing.T) {
+	for _, noOneRow := range []bool{false, true} {
+		pl, err := plan(layerProgram(t, "Q4_0", nil), planOptions{sms: 4, noOneRow: noOneRow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var serial []string
+		for _, c := range pl.calls {
+			if c.serial {
+				serial = append(serial, c.kernel)
+			}
+		}
+		want := []string(nil) // the GLU has a twin: nothing breaks the chain
+		if noOneRow {
+			want = []string{"matvec_glu_q4_0"}
+		}
+		if !slices.Equal(serial, want) {
+			t.Errorf("noOneRow %v: serial launches %v, want %v", noOneRow, serial, want)
 		}
 	}
 }

@@ -147,6 +147,9 @@ type call struct {
 	which  int // the row count it runs on: metaRows or metaSelected
 	cond   cond
 	gemm   *gemm // instead of a kernel
+	// serial launches the kernel without programmatic dependent launch:
+	// it starts once the launch before it has finished (breakChains).
+	serial bool
 }
 
 // matInfo describes a program weight as the device stores it: rows of
@@ -429,6 +432,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	if !opt.noOneRow {
 		oneRow(pl, opt)
 	}
+	breakChains(pl)
 	for _, c := range pl.calls {
 		if c.kernel != "" && !builtKernels[c.kernel] {
 			op := &p.Ops[c.op]

@@ -230,7 +230,7 @@ func (e *exec) capture(g *uintptr, rows, sel int, hidden, pdl bool) error {
 			failed = fmt.Errorf("cuda: op %d: a cuBLAS product in a small batch", l.op)
 			break
 		}
-		if r := e.launch(l, rows, sel, e.stream, pdl); r != 0 {
+		if r := e.launch(l, rows, sel, e.stream, pdl && !l.serial); r != 0 {
 			op := &e.p.Ops[l.op]
 			failed = fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, d.err(r))
 			break
