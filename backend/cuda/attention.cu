@@ -16,7 +16,7 @@ template <typename C>
 __device__ __forceinline__ void attention_t(float* out, const float* q, const C* kc, const C* vc, const int* meta,
                                             const int* pos, const int* slots, int nheads, int nkv, int hd, int cap,
                                             float scale, float softcap, int window, signed char* qa, float2* ds) {
-    pdl();
+    PDL;
     extern __shared__ float sm[];
     int h = blockIdx.x, r = blockIdx.y;
     if (r >= meta[0]) return;
@@ -124,7 +124,7 @@ __device__ __forceinline__ void attention_split_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
     float* part, int* count, int S, int kt, int keys) {
-    pdl();
+    PDL;
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
     int r = blockIdx.y;
@@ -487,7 +487,7 @@ __device__ void attention_tiled(float* out, const float* q, const C* kc, const C
 #define ATTN_TILED(name, HD4, QPW, C)                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * AT_WARPS)                                                 \
         name(float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos,             \
-             const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window) { pdl();  \
+             const int* slots, int nheads, int nkv, int hd, int cap, float scale, float softcap, int window) { PDL;  \
         attention_tiled<HD4, QPW, C>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window); \
     }
 ATTN_TILED(attention_tiled_64, 2, 4, float)

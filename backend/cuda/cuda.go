@@ -51,6 +51,8 @@ type Backend struct {
 	blas       *blasAPI
 	blasHandle uintptr
 	blasErr    error
+
+	trace *tracer // block tracing (WEFT_CUDA_TRACE=1), else nil
 }
 
 // kernelNames lists every kernel of kernels.cu the plan may launch.
@@ -162,6 +164,14 @@ func (b *Backend) load(n *nvrtcAPI, arch int) error {
 		}
 		b.funcs[name] = f
 	}
+	if traceOn() {
+		t, err := newTracer(d, b.module)
+		if err != nil {
+			d.cuModuleUnload(b.module)
+			return err
+		}
+		b.trace = t
+	}
 	return nil
 }
 
@@ -207,6 +217,9 @@ func (b *Backend) Close() error {
 			if r := b.blas.cublasDestroy(b.blasHandle); r != 0 {
 				errs = append(errs, fmt.Errorf("cublasDestroy: status %d", r))
 			}
+		}
+		if b.trace != nil {
+			d.cuMemFree(b.trace.buf)
 		}
 		if r := d.cuModuleUnload(b.module); r != 0 {
 			errs = append(errs, d.err(r))

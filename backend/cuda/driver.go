@@ -48,6 +48,7 @@ type driverAPI struct {
 	cuModuleLoadData          func(mod *uintptr, image unsafe.Pointer) cuResult                                                             `sym:"cuModuleLoadData"`
 	cuModuleUnload            func(mod uintptr) cuResult                                                                                    `sym:"cuModuleUnload"`
 	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) cuResult                                                          `sym:"cuModuleGetFunction"`
+	cuModuleGetGlobal         func(p *uint64, bytes *uint64, mod uintptr, name string) cuResult                                             `sym:"cuModuleGetGlobal_v2"`
 	cuGetErrorName            func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorName"`
 	cuGetErrorString          func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorString"`
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) cuResult                                                       `sym:"cuMemcpyHtoD_v2"`

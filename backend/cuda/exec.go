@@ -67,7 +67,8 @@ type launch struct {
 	which  int
 	cond   cond
 	gemm   *boundGemm
-	serial bool // launched without programmatic dependent launch
+	serial bool   // launched without programmatic dependent launch
+	kernel string // the kernel's name (or "" for a cuBLAS product)
 }
 
 type boundGemm struct {
@@ -391,6 +392,7 @@ func (e *exec) bind(calls []call) error {
 			e.launches = append(e.launches, l)
 			continue
 		}
+		l.kernel = c.kernel
 		fn, ok := e.be.funcs[c.kernel]
 		if !ok {
 			return fmt.Errorf("cuda: op %d: no kernel %s", c.op, c.kernel)

@@ -61,16 +61,58 @@ __device__ __forceinline__ float4 cld4(const u16* p, u64 i) {
     return make_float4(h2f((u16)(u.x & 0xffff)), h2f((u16)(u.x >> 16)), h2f((u16)(u.y & 0xffff)), h2f((u16)(u.y >> 16)));
 }
 
-// pdl opens every kernel: launched with programmatic stream serialization
-// (as graph replays are, on sm_90 and newer) a kernel may start before the
-// one before it has finished; it waits here until that one's writes are
-// visible, then lets the next kernel start launching in turn.
+// pdl opens every kernel (through PDL, below): launched with programmatic
+// stream serialization (as graph replays are, on sm_90 and newer) a kernel
+// may start before the one before it has finished; it waits here until
+// that one's writes are visible, then lets the next kernel start
+// launching in turn.
 __device__ __forceinline__ void pdl() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+// Block tracing, a measuring aid (WEFT_CUDA_TRACE=1 compiles the module
+// with WEFT_TRACE; trace.go): thread 0 of every block writes one record of
+// four words to weft_trace: the launch's %gridid, the %globaltimer
+// reading before the dependency wait, the one after it, and the
+// multiprocessor (top 8 bits) with the reading when thread 0 leaves the
+// kernel. Without WEFT_TRACE, PDL is pdl() and nothing else.
+#ifdef WEFT_TRACE
+__device__ u64* weft_trace;
+__device__ unsigned weft_trace_cap, weft_trace_n;
+__device__ __forceinline__ u64 gtime() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct pdl_scope {
+    u64* rec = nullptr;
+    __device__ __forceinline__ pdl_scope() {
+        u64 t0 = gtime();
+        pdl();
+        if (threadIdx.x + threadIdx.y + threadIdx.z != 0 || weft_trace == nullptr) return;
+        unsigned i = atomicAdd(&weft_trace_n, 1u);
+        if (i >= weft_trace_cap) return;
+        u64 grid;
+        unsigned sm;
+        asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        rec = weft_trace + 4ull * i;
+        rec[0] = grid;
+        rec[1] = t0;
+        rec[2] = gtime();
+        rec[3] = (u64)sm << 56;
+    }
+    __device__ __forceinline__ ~pdl_scope() {
+        if (rec) rec[3] |= gtime() & ((1ull << 56) - 1);
+    }
+};
+#define PDL pdl_scope pdl_scope_
+#else
+#define PDL pdl()
+#endif
 
 // smem_addr is p's address in the shared window, as ldmatrix and cp.async
 // take it.
@@ -171,7 +213,7 @@ __device__ float block_sum(float v) {
 // repack_q8_0 / repack_q4_0 turn n GGUF blocks (34 or 18 bytes: f16 scale,
 // then the quants) into the device layout. One thread per block.
 extern "C" __global__ void repack_q8_0(u8* dst, const u8* src, long long n, long long dOff) {
-    pdl();
+    PDL;
     u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= (u64)n) return;
     const u8* s = src + b * 34;
@@ -186,7 +228,7 @@ extern "C" __global__ void repack_q8_0(u8* dst, const u8* src, long long n, long
 }
 
 extern "C" __global__ void repack_q4_0(u8* dst, const u8* src, long long n, long long dOff) {
-    pdl();
+    PDL;
     u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= (u64)n) return;
     const u8* s = src + b * 18;
@@ -210,7 +252,7 @@ __device__ void embed(float* out, const u8* w, long long rowBytes, long long dOf
 
 #define EMBED(name, T)                                                                                    \
     extern "C" __global__ void name(float* out, const u8* w, long long rowBytes, long long dOff,         \
-                                    const int* meta, const int* tokens, int cols, float scale) { pdl();         \
+                                    const int* meta, const int* tokens, int cols, float scale) { PDL;         \
         embed<T>(out, w, rowBytes, dOff, meta, tokens, cols, scale);                                      \
     }
 EMBED(embed_f32, W_F32)
@@ -245,7 +287,7 @@ __device__ __forceinline__ void q8_store(float v, signed char* q, float2* ds, in
 // and ds [rows, K/32] holding (d, d*Σq). One warp per block; grid
 // (ceil(K/32/warps), rows).
 extern "C" __global__ void quantize_q8(signed char* qa, float2* ds, const float* a, const int* meta, int which, int K) {
-    pdl();
+    PDL;
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     int nb = K >> 5, b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -264,7 +306,7 @@ extern "C" __global__ void quantize_q8(signed char* qa, float2* ds, const float*
 // weights see the activations the matrix-vector kernels (and the CPU
 // backend) see. Grid as quantize_q8.
 extern "C" __global__ void to_f16_q8(u16* out, const float* a, const int* meta, int which, int K) {
-    pdl();
+    PDL;
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -281,7 +323,7 @@ extern "C" __global__ void to_f16_q8(u16* out, const float* a, const int* meta, 
 // and then writes only the elements it read.
 extern "C" __global__ void rmsnorm(float* out, const float* a, const float* w, const int* meta, int which, int cols,
                                    int group, float eps) {
-    pdl();
+    PDL;
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     u64 base = (u64)r * cols + (u64)blockIdx.x * group;
@@ -339,7 +381,7 @@ extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w
         int c = threadIdx.x + t * T;
         wv[t] = c < nc ? w4[c] : zero;
     }
-    pdl();
+    PDL;
     // The row is loaded before the row count is known (rows past the
     // batch are allocated), so the two loads overlap.
     int r = blockIdx.y;
@@ -381,7 +423,7 @@ extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w
 // pos * invfreq[i]. Grid (1, rows).
 extern "C" __global__ void rope(float* x, const float* invfreq, const int* meta, const int* pos, int nheads, int hd,
                                 int half, int neox) {
-    pdl();
+    PDL;
     int r = blockIdx.y;
     if (r >= meta[0]) return;
     float p = (float)pos[r];
@@ -407,7 +449,7 @@ template <typename C>
 __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v, C* kc, C* vc, const float* invfreq,
                                              const int* meta, const int* pos, const int* slots, int nq, int nkv,
                                              int hd, int half, int neox, int cap) {
-    pdl();
+    PDL;
     int h = blockIdx.x, r = blockIdx.y;
     int n = meta[0], pr = pos[r]; // one round trip for both
     if (r >= n) return;
@@ -446,7 +488,7 @@ ROPE_STORE(rope_store_h, u16)
 template <typename C>
 __device__ __forceinline__ void store_kv_t(C* kc, C* vc, const float* k, const float* v, const int* meta,
                                            const int* pos, const int* slots, int d, int cap) {
-    pdl();
+    PDL;
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[0] || i >= d) return;
     u64 at = ((u64)slots[r] * cap + pos[r] % cap) * d + i;
@@ -464,7 +506,7 @@ STORE_KV(store_kv_h, u16)
 
 // Elementwise ops over [meta[which], cols]. Grid (ceil(cols/block), rows).
 extern "C" __global__ void add(float* out, const float* a, const float* b, const int* meta, int which, int cols) {
-    pdl();
+    PDL;
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[which] || i >= cols) return;
     u64 at = (u64)r * cols + i;
@@ -483,7 +525,7 @@ __device__ __forceinline__ float glu_value(float x, float y, int act) {
 
 extern "C" __global__ void glu(float* out, const float* a, const float* b, const int* meta, int which, int cols,
                                int act) {
-    pdl();
+    PDL;
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[which] || i >= cols) return;
     u64 at = (u64)r * cols + i;
@@ -494,7 +536,7 @@ extern "C" __global__ void glu(float* out, const float* a, const float* b, const
 // multiple of 32, so each warp covers whole blocks).
 extern "C" __global__ void glu_q8(float* out, const float* a, const float* b, const int* meta, int which, int cols,
                                   int act, signed char* qa, float2* ds) {
-    pdl();
+    PDL;
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[which] || i >= cols) return;
     u64 at = (u64)r * cols + i;
@@ -504,7 +546,7 @@ extern "C" __global__ void glu_q8(float* out, const float* a, const float* b, co
 }
 
 extern "C" __global__ void softcap(float* out, const float* a, const int* meta, int which, int cols, float cap) {
-    pdl();
+    PDL;
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[which] || i >= cols) return;
     u64 at = (u64)r * cols + i;
@@ -513,7 +555,7 @@ extern "C" __global__ void softcap(float* out, const float* a, const int* meta, 
 
 // gather: out[s] = a[selected[s]] for s < meta[1]. Grid (ceil(cols/block), rows).
 extern "C" __global__ void gather(float* out, const float* a, const int* meta, const int* selected, int cols) {
-    pdl();
+    PDL;
     int s = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= meta[1] || i >= cols) return;
     out[(u64)s * cols + i] = a[(u64)selected[s] * cols + i];

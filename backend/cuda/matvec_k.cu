@@ -87,7 +87,7 @@ __device__ __forceinline__ void q8k_store(signed char* qa, q8k_rec* ds, u64 at, 
 // product that reads it next. Grid (1, rows); warps take super-blocks.
 extern "C" __global__ void rmsnorm_q8k(float* out, const float* a, const float* w, const int* meta, int which, int cols,
                                        int group, float eps, signed char* qa, q8k_rec* ds) {
-    pdl();
+    PDL;
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     const float* x = a + (u64)r * cols;
@@ -117,7 +117,7 @@ extern "C" __global__ void rmsnorm_q8k(float* out, const float* a, const float* 
 // (cols/256, rows).
 extern "C" __global__ void glu_q8k(float* out, const float* a, const float* b, const int* meta, int which, int cols,
                                    int act, signed char* qa, q8k_rec* ds) {
-    pdl();
+    PDL;
     __shared__ float part[2][8];
     int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
     if (r >= meta[which]) return;
@@ -144,7 +144,7 @@ extern "C" __global__ void glu_q8k(float* out, const float* a, const float* b, c
 // super-block, 8 elements a lane; grid (ceil(K/256/warps), rows).
 extern "C" __global__ void quantize_q8k(signed char* qa, q8k_rec* ds, const float* a, const int* meta, int which,
                                         int K) {
-    pdl();
+    PDL;
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     int nsb = K >> 8, sb = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -161,7 +161,7 @@ extern "C" __global__ void quantize_q8k(signed char* qa, q8k_rec* ds, const floa
 // levels of quantize_q8k (d·q), for cuBLAS products by K-quant weights.
 // Grid as quantize_q8k.
 extern "C" __global__ void to_f16_q8k(u16* out, const float* a, const int* meta, int which, int K) {
-    pdl();
+    PDL;
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     int sb = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -404,7 +404,7 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
     float *out, float *resid, const void *x, const void *ds, const u8 *w, long long rowBytes, long long dOff,      \
         const float *bias, const int *meta, int which, int K, int N, int rpb
 #define MVK_CALL(T)                                                                                                \
-    pdl();                                                                                                         \
+    PDL;                                                                                                         \
     matvec_k<T>(out, resid, (const signed char*)x, (const q8k_rec*)ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb)
 #define EMK_ARGS float *out, const u8 *w, long long rowBytes, long long dOff, const int *meta, const int *tokens, int cols, float scale
 #define DQK_ARGS u16 *out, const u8 *w, long long rowBytes, long long dOff, int N, int K
@@ -412,9 +412,9 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K); }
-extern "C" __global__ void embed_q4_k(EMK_ARGS) { pdl(); embed_k<W_Q4_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
-extern "C" __global__ void embed_q5_k(EMK_ARGS) { pdl(); embed_k<W_Q5_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
-extern "C" __global__ void embed_q6_k(EMK_ARGS) { pdl(); embed_k<W_Q6_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
-extern "C" __global__ void deq_f16_q4_k(DQK_ARGS) { pdl(); deq_f16_k<W_Q4_K>(out, w, rowBytes, dOff, N, K); }
-extern "C" __global__ void deq_f16_q5_k(DQK_ARGS) { pdl(); deq_f16_k<W_Q5_K>(out, w, rowBytes, dOff, N, K); }
-extern "C" __global__ void deq_f16_q6_k(DQK_ARGS) { pdl(); deq_f16_k<W_Q6_K>(out, w, rowBytes, dOff, N, K); }
+extern "C" __global__ void embed_q4_k(EMK_ARGS) { PDL; embed_k<W_Q4_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void embed_q5_k(EMK_ARGS) { PDL; embed_k<W_Q5_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void embed_q6_k(EMK_ARGS) { PDL; embed_k<W_Q6_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void deq_f16_q4_k(DQK_ARGS) { PDL; deq_f16_k<W_Q4_K>(out, w, rowBytes, dOff, N, K); }
+extern "C" __global__ void deq_f16_q5_k(DQK_ARGS) { PDL; deq_f16_k<W_Q5_K>(out, w, rowBytes, dOff, N, K); }
+extern "C" __global__ void deq_f16_q6_k(DQK_ARGS) { PDL; deq_f16_k<W_Q6_K>(out, w, rowBytes, dOff, N, K); }

@@ -261,7 +261,7 @@ __device__ __forceinline__ void mmq(float* out, float* resid, const signed char*
     extern "C" __global__ void __launch_bounds__(MQ_THREADS, 2)                                                        \
         name(float* out, float* resid, const signed char* qa, const float2* ds, const u8* w, long long rowBytes,      \
              long long dOff, const float* bias, const int* meta, int which, int K, int N) {                           \
-        pdl();                                                                                                         \
+        PDL;                                                                                                         \
         mmq<T, 4, 3>(out, resid, qa, ds, w, rowBytes, dOff, bias, meta[which], K, N);                                  \
     }
 MMQ(mmq_q8_0, W_Q8_0)

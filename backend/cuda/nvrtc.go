@@ -140,14 +140,21 @@ func chooseTarget(arch int, supported []int) (target, error) {
 	return target{arch: best}, nil
 }
 
-// compileOptions are NVRTC's options besides the architecture.
-var compileOptions = []string{"--std=c++17", "-default-device"}
+// compileOptions are NVRTC's options besides the architecture; with
+// WEFT_CUDA_TRACE=1 the module also records every block (trace.go).
+func compileOptions() []string {
+	opts := []string{"--std=c++17", "-default-device"}
+	if traceOn() {
+		opts = append(opts, "-DWEFT_TRACE")
+	}
+	return opts
+}
 
 // cacheKey names a compiled module: it changes with the source, the
 // options, the target and the driver and NVRTC versions.
 func cacheKey(source string, t target, driverVersion, nvrtcVersion int) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "weft-cuda\x00%s\x00%s\x00%d\x00%d\x00", t.option(), strings.Join(compileOptions, " "), driverVersion, nvrtcVersion)
+	fmt.Fprintf(h, "weft-cuda\x00%s\x00%s\x00%d\x00%d\x00", t.option(), strings.Join(compileOptions(), " "), driverVersion, nvrtcVersion)
 	h.Write([]byte(source))
 	ext := "ptx"
 	if t.cubin {
@@ -246,7 +253,7 @@ func (n *nvrtcAPI) compile(source string, t target) ([]byte, error) {
 		return nil, fmt.Errorf("cuda: nvrtcCreateProgram: %s", n.nvrtcGetErrorString(r))
 	}
 	defer n.nvrtcDestroyProgram(&prog)
-	opts := append([]string{t.option()}, compileOptions...)
+	opts := append([]string{t.option()}, compileOptions()...)
 	cstrs := make([][]byte, len(opts))
 	ptrs := make([]*byte, len(opts))
 	for i, o := range opts {

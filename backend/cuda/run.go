@@ -221,11 +221,13 @@ func (e *exec) capture(g *uintptr, rows, sel int, hidden, pdl bool) error {
 		return fmt.Errorf("cuda: starting a graph capture: %w", d.err(r))
 	}
 	var failed error
+	var names []string
 	for i := range e.launches {
 		l := &e.launches[i]
 		if !l.runs(rows, sel, hidden) {
 			continue
 		}
+		names = append(names, l.kernel)
 		if l.gemm != nil {
 			failed = fmt.Errorf("cuda: op %d: a cuBLAS product in a small batch", l.op)
 			break
@@ -248,6 +250,9 @@ func (e *exec) capture(g *uintptr, rows, sel int, hidden, pdl bool) error {
 		return fmt.Errorf("cuda: capturing the plan for %d rows: %w", rows, d.err(r))
 	}
 	defer d.cuGraphDestroy(graph)
+	if t := e.be.trace; t != nil {
+		t.names = names
+	}
 	if r := d.cuGraphInstantiate(g, graph, 0); r != 0 {
 		*g = 0
 		return fmt.Errorf("cuda: instantiating the plan for %d rows: %w", rows, d.err(r))

@@ -1,0 +1,226 @@
+package cuda
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"unsafe"
+)
+
+// Block tracing is a measuring aid for what ncu cannot show: how the
+// launches of a replayed graph overlap under programmatic dependent
+// launch. With WEFT_CUDA_TRACE=1 the kernels are compiled with
+// WEFT_TRACE (kernels.cu's PDL): thread 0 of every block records the
+// launch's %gridid, the %globaltimer reading before its dependency wait
+// and after it, its multiprocessor and the reading when it leaves. The
+// records of one decode step, grouped by launch and put in the order of
+// the captured launches, say when each launch's blocks were placed,
+// released and done. The recording costs an atomic and four stores a
+// block, so the times are close to, not equal to, an untraced run's.
+
+// traceOn reports whether WEFT_CUDA_TRACE=1 asks for block tracing.
+func traceOn() bool { return os.Getenv("WEFT_CUDA_TRACE") == "1" }
+
+// traceCap is the records the trace buffer holds (32 MiB): a decode step
+// of the 8B shape writes about 150,000.
+const traceCap = 1 << 20
+
+// tracer is the device side of block tracing.
+type tracer struct {
+	drv   *driverAPI
+	buf   uint64   // traceCap records of four words
+	count uint64   // the address of weft_trace_n
+	names []string // the kernels of the last captured graph, in launch order
+}
+
+// newTracer allocates the trace buffer and points the module's weft_trace
+// and weft_trace_cap at it.
+func newTracer(d *driverAPI, module uintptr) (*tracer, error) {
+	var ptr, capAt, count, size uint64
+	for _, g := range []struct {
+		name string
+		at   *uint64
+	}{{"weft_trace", &ptr}, {"weft_trace_cap", &capAt}, {"weft_trace_n", &count}} {
+		if r := d.cuModuleGetGlobal(g.at, &size, module, g.name); r != 0 {
+			return nil, fmt.Errorf("tracing: the module has no %s (%w)", g.name, d.err(r))
+		}
+	}
+	t := &tracer{drv: d, count: count}
+	if r := d.cuMemAlloc(&t.buf, traceCap*32); r != 0 {
+		return nil, fmt.Errorf("tracing: allocating %d records: %w", traceCap, d.err(r))
+	}
+	c := uint32(traceCap)
+	if r := d.cuMemcpyHtoD(ptr, unsafe.Pointer(&t.buf), 8); r != 0 {
+		d.cuMemFree(t.buf)
+		return nil, fmt.Errorf("tracing: %w", d.err(r))
+	}
+	if r := d.cuMemcpyHtoD(capAt, unsafe.Pointer(&c), 4); r != 0 {
+		d.cuMemFree(t.buf)
+		return nil, fmt.Errorf("tracing: %w", d.err(r))
+	}
+	return t, nil
+}
+
+// traceReset empties the trace: the blocks of launches after it record
+// from the start of the buffer.
+func (b *Backend) traceReset() error {
+	if b.trace == nil {
+		return fmt.Errorf("cuda: tracing is off (WEFT_CUDA_TRACE=1 turns it on)")
+	}
+	defer runtime.UnlockOSThread()
+	if err := b.current(); err != nil {
+		return err
+	}
+	d := b.drv
+	if r := d.cuCtxSynchronize(); r != 0 {
+		return fmt.Errorf("cuda: %w", d.err(r))
+	}
+	if r := d.cuMemsetD8(b.trace.count, 0, 4); r != 0 {
+		return fmt.Errorf("cuda: %w", d.err(r))
+	}
+	return nil
+}
+
+// traceRead waits for the device and returns the records written since
+// traceReset, and the kernels of the last captured graph in launch order.
+func (b *Backend) traceRead() ([]traceRecord, []string, error) {
+	if b.trace == nil {
+		return nil, nil, fmt.Errorf("cuda: tracing is off (WEFT_CUDA_TRACE=1 turns it on)")
+	}
+	defer runtime.UnlockOSThread()
+	if err := b.current(); err != nil {
+		return nil, nil, err
+	}
+	d := b.drv
+	if r := d.cuCtxSynchronize(); r != 0 {
+		return nil, nil, fmt.Errorf("cuda: %w", d.err(r))
+	}
+	var n uint32
+	if r := d.cuMemcpyDtoH(unsafe.Pointer(&n), b.trace.count, 4); r != 0 {
+		return nil, nil, fmt.Errorf("cuda: %w", d.err(r))
+	}
+	if n > traceCap {
+		return nil, nil, fmt.Errorf("cuda: %d blocks traced, more than the buffer's %d", n, traceCap)
+	}
+	if n == 0 {
+		return nil, b.trace.names, nil
+	}
+	words := make([]uint64, 4*n)
+	if r := d.cuMemcpyDtoH(unsafe.Pointer(&words[0]), b.trace.buf, uint64(len(words))*8); r != 0 {
+		return nil, nil, fmt.Errorf("cuda: %w", d.err(r))
+	}
+	recs := make([]traceRecord, n)
+	for i := range recs {
+		w := words[4*i:]
+		recs[i] = traceRecord{grid: w[0], start: w[1], released: w[2], sm: int(w[3] >> 56), end: w[3] & (1<<56 - 1)}
+	}
+	return recs, b.trace.names, nil
+}
+
+// traceRecord is one block's record: its launch, the %globaltimer readings
+// (ns) before and after its dependency wait and when it left, and its
+// multiprocessor.
+type traceRecord struct {
+	grid, start, released, end uint64
+	sm                         int
+}
+
+// traceLaunch summarizes one launch's blocks; times are ns from the
+// first block's start of the whole trace.
+type traceLaunch struct {
+	kernel          string
+	blocks, sms     int // blocks traced, multiprocessors they ran on
+	maxPerSM        int // the most blocks on one multiprocessor
+	placed          int64
+	released, first int64 // the first block released, the first block done
+	done            int64 // the last block done
+}
+
+// summarizeTrace groups records by launch, orders the launches by their
+// first block's start (the order of the graph's launches: under PDL a
+// launch's blocks are placed only once every block of the one before it
+// has started) and names them by names, which must have as many entries
+// as there are launches.
+func summarizeTrace(recs []traceRecord, names []string) ([]traceLaunch, error) {
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("no blocks traced")
+	}
+	t0 := recs[0].start
+	for _, r := range recs {
+		t0 = min(t0, r.start)
+	}
+	byGrid := map[uint64][]traceRecord{}
+	for _, r := range recs {
+		if r.end < r.released || r.released < r.start {
+			return nil, fmt.Errorf("block of launch %d on multiprocessor %d: times %d, %d, %d out of order", r.grid, r.sm, r.start, r.released, r.end)
+		}
+		byGrid[r.grid] = append(byGrid[r.grid], r)
+	}
+	if len(byGrid) != len(names) {
+		return nil, fmt.Errorf("%d launches traced, %d in the captured graph", len(byGrid), len(names))
+	}
+	var out []traceLaunch
+	for _, rs := range byGrid {
+		l := traceLaunch{blocks: len(rs), placed: int64(rs[0].start - t0), released: int64(rs[0].released - t0),
+			first: int64(rs[0].end - t0), done: int64(rs[0].end - t0)}
+		perSM := map[int]int{}
+		for _, r := range rs {
+			perSM[r.sm]++
+			l.placed = min(l.placed, int64(r.start-t0))
+			l.released = min(l.released, int64(r.released-t0))
+			l.first = min(l.first, int64(r.end-t0))
+			l.done = max(l.done, int64(r.end-t0))
+		}
+		l.sms = len(perSM)
+		for _, n := range perSM {
+			l.maxPerSM = max(l.maxPerSM, n)
+		}
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b traceLaunch) int { return int(a.placed - b.placed) })
+	for i := range out {
+		out[i].kernel = names[i]
+	}
+	return out, nil
+}
+
+// writeTrace prints one line a launch (µs from the trace's start: when
+// its first block was placed and released, its first and last block
+// done; how long after the launch before it ended it ended) and then, per
+// kernel, the launches and the sum of those increments: what each kernel
+// class added to the step.
+func writeTrace(w io.Writer, ls []traceLaunch) {
+	us := func(ns int64) float64 { return float64(ns) / 1000 }
+	fmt.Fprintf(w, "%4s %-22s %6s %4s %5s %9s %9s %9s %9s %8s\n", "#", "kernel", "blocks", "sms", "maxSM", "placed", "released", "first", "done", "added")
+	type sum struct {
+		n     int
+		added int64
+	}
+	sums := map[string]*sum{}
+	var order []string
+	prev := int64(0)
+	for i, l := range ls {
+		added := l.done - prev
+		if i == 0 {
+			added = l.done - l.placed
+		}
+		prev = max(prev, l.done)
+		fmt.Fprintf(w, "%4d %-22s %6d %4d %5d %9.2f %9.2f %9.2f %9.2f %8.2f\n", i, l.kernel, l.blocks, l.sms, l.maxPerSM,
+			us(l.placed), us(l.released), us(l.first), us(l.done), us(added))
+		s := sums[l.kernel]
+		if s == nil {
+			s = &sum{}
+			sums[l.kernel] = s
+			order = append(order, l.kernel)
+		}
+		s.n++
+		s.added += added
+	}
+	slices.SortStableFunc(order, func(a, b string) int { return int(sums[b].added - sums[a].added) })
+	fmt.Fprintf(w, "\n%-22s %8s %10s\n", "kernel", "launches", "added µs")
+	for _, k := range order {
+		fmt.Fprintf(w, "%-22s %8d %10.1f\n", k, sums[k].n, us(sums[k].added))
+	}
+}

@@ -1,0 +1,59 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSummarizeTrace checks the grouping of block records into launches:
+// ordered by their first block's placement whatever the record order,
+// named in that order, with their blocks, multiprocessors and times.
+func TestSummarizeTrace(t *testing.T) {
+	// Launch 7 (placed first) has three blocks, two on multiprocessor 1;
+	// launch 3 (placed second, while 7 still runs) has two.
+	recs := []traceRecord{
+		{grid: 3, start: 1_500, released: 4_000, end: 6_000, sm: 0},
+		{grid: 7, start: 1_000, released: 1_200, end: 3_900, sm: 1},
+		{grid: 7, start: 1_100, released: 1_300, end: 3_000, sm: 1},
+		{grid: 3, start: 1_600, released: 4_100, end: 5_000, sm: 2},
+		{grid: 7, start: 1_050, released: 1_250, end: 3_500, sm: 2},
+	}
+	ls, err := summarizeTrace(recs, []string{"rmsnorm_q8", "matvec_q4_0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []traceLaunch{
+		{kernel: "rmsnorm_q8", blocks: 3, sms: 2, maxPerSM: 2, placed: 0, released: 200, first: 2_000, done: 2_900},
+		{kernel: "matvec_q4_0", blocks: 2, sms: 2, maxPerSM: 1, placed: 500, released: 3_000, first: 4_000, done: 5_000},
+	}
+	if len(ls) != len(want) {
+		t.Fatalf("%d launches, want %d", len(ls), len(want))
+	}
+	for i := range want {
+		if ls[i] != want[i] {
+			t.Errorf("launch %d: %+v, want %+v", i, ls[i], want[i])
+		}
+	}
+	var b strings.Builder
+	writeTrace(&b, ls)
+	// The norm adds its whole span, the product what it ran past it.
+	for _, line := range []string{"rmsnorm_q8                    1        2.9", "matvec_q4_0                   1        2.1"} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("summary lacks %q:\n%s", line, b.String())
+		}
+	}
+
+	for _, tc := range []struct {
+		recs  []traceRecord
+		names []string
+		err   string
+	}{
+		{nil, nil, "no blocks"},
+		{recs, []string{"one"}, "2 launches traced, 1 in the captured graph"},
+		{[]traceRecord{{grid: 1, start: 5, released: 4, end: 6}}, []string{"x"}, "out of order"},
+	} {
+		if _, err := summarizeTrace(tc.recs, tc.names); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%v: error %v, want %q", tc.recs, err, tc.err)
+		}
+	}
+}
