@@ -153,17 +153,17 @@ func oneRowRowsPerBlock(n, chunks, sms int) int {
 // breakChains launches the GLU kernels that also run batches of one row,
 // having no one-row twin (rows too long: the 8B shape's), without
 // programmatic dependent launch, so each waits for the norm before it to
-// finish before any of its blocks is placed. Under PDL a kernel's blocks are placed while the
-// kernel before it still runs, and with the decode attention's cp.async
-// tiles an unbroken chain of such launches ran the 8B shape's decode
-// slower: BF16 146.5 tok/s against 153.9 before those tiles. Breaking
-// the chain at any of the layer's norms, its rope_store or this GLU
-// recovered it, before the GLU best (H100, same run, tg128: BF16 156.9,
-// Q8_0 241.3, Q4_0 347.9 against 153.9, 234.7, 340.8 without the tiles);
-// breaking it before the 1B shape's GLU (a twin) cost 1-2 %, and without
-// the tiles no break helped. Why the placement matters is not known.
-// WEFT_CUDA_SERIAL (comma-separated kernel name prefixes) launches more
-// kernels so, for comparisons.
+// finish before any of its blocks is placed. Under PDL a kernel's blocks
+// are placed while the kernel before it still runs, and with the decode
+// attention's cp.async tiles an unbroken chain of such launches ran the
+// 8B shape's decode slower: BF16 146.5 tok/s against 153.9 before those
+// tiles. Breaking the chain at any of the layer's norms, its rope_store
+// or this GLU recovered it, before the GLU best (H100, same run, tg128:
+// BF16 156.9, Q8_0 241.3, Q4_0 347.9 against 153.9, 234.7, 340.8 without
+// the tiles); breaking it before the 1B shape's GLU (a twin) cost 1-2 %,
+// and without the tiles no break helped. Why the placement matters is
+// not known (trace.go records it). WEFT_CUDA_SERIAL (comma-separated
+// kernel name prefixes) launches more kernels so, for comparisons.
 func breakChains(pl *planned) {
 	for i := range pl.calls {
 		c := &pl.calls[i]

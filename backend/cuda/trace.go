@@ -29,7 +29,6 @@ const traceCap = 1 << 20
 
 // tracer is the device side of block tracing.
 type tracer struct {
-	drv   *driverAPI
 	buf   uint64   // traceCap records of four words
 	count uint64   // the address of weft_trace_n
 	names []string // the kernels of the last captured graph, in launch order
@@ -47,7 +46,7 @@ func newTracer(d *driverAPI, module uintptr) (*tracer, error) {
 			return nil, fmt.Errorf("tracing: the module has no %s (%w)", g.name, d.err(r))
 		}
 	}
-	t := &tracer{drv: d, count: count}
+	t := &tracer{count: count}
 	if r := d.cuMemAlloc(&t.buf, traceCap*32); r != 0 {
 		return nil, fmt.Errorf("tracing: allocating %d records: %w", traceCap, d.err(r))
 	}
