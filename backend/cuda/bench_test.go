@@ -474,11 +474,54 @@ func TestProfileDecode(t *testing.T) {
 	if path == "" {
 		t.Skip("set WEFT_PROFILE to a GGUF")
 	}
+	decodeSteps(t, newGPU(t), path, profileSteps(), nil)
+}
+
+// TestTraceDecode prints a block trace (trace.go) of one decode step of
+// the GGUF at WEFT_TRACE, after WEFT_PROFILE_STEPS (default 30) warm-up
+// steps: run with WEFT_CUDA_TRACE=1 and -test.v.
+func TestTraceDecode(t *testing.T) {
+	path := os.Getenv("WEFT_TRACE")
+	if path == "" {
+		t.Skip("set WEFT_TRACE to a GGUF (and WEFT_CUDA_TRACE=1)")
+	}
+	if !traceOn() {
+		t.Fatal("WEFT_TRACE needs WEFT_CUDA_TRACE=1, which compiles the kernels with tracing")
+	}
+	gpu, steps := newGPU(t), profileSteps()
+	decodeSteps(t, gpu, path, steps+1, func(i int) {
+		if i == steps {
+			if err := gpu.traceReset(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	recs, names, err := gpu.traceRead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := summarizeTrace(recs, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	writeTrace(&b, ls)
+	t.Logf("%s at position %d, %d blocks:\n%s", filepath.Base(path), steps, len(recs), b.String())
+}
+
+// profileSteps is $WEFT_PROFILE_STEPS, or 30.
+func profileSteps() int {
 	steps := 30
 	if s := os.Getenv("WEFT_PROFILE_STEPS"); s != "" {
 		fmt.Sscan(s, &steps)
 	}
-	gpu := newGPU(t)
+	return steps
+}
+
+// decodeSteps loads the GGUF at path on gpu and runs steps one-token
+// decode steps of one sequence, calling before(i), where set, before
+// step i.
+func decodeSteps(t *testing.T, gpu *Backend, path string, steps int, before func(i int)) {
 	w, err := weights.Open(path, weights.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -495,64 +538,13 @@ func TestProfileDecode(t *testing.T) {
 	}
 	logits := make([]float32, m.Vocab())
 	for i := range steps {
-		if err := seq.ForwardInto([]int32{int32(i + 7)}, false, logits); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// TestTraceDecode prints a block trace (trace.go) of one decode step of
-// the GGUF at WEFT_TRACE, after WEFT_PROFILE_STEPS (default 30) warm-up
-// steps: run with WEFT_CUDA_TRACE=1 and -test.v.
-func TestTraceDecode(t *testing.T) {
-	path := os.Getenv("WEFT_TRACE")
-	if path == "" {
-		t.Skip("set WEFT_TRACE to a GGUF (and WEFT_CUDA_TRACE=1)")
-	}
-	if !traceOn() {
-		t.Fatal("WEFT_TRACE needs WEFT_CUDA_TRACE=1, which compiles the kernels with tracing")
-	}
-	steps := 30
-	if s := os.Getenv("WEFT_PROFILE_STEPS"); s != "" {
-		fmt.Sscan(s, &steps)
-	}
-	gpu := newGPU(t)
-	w, err := weights.Open(path, weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	m, err := engine.Load(w, gpu, engine.Options{Context: 1024, MaxBatch: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	seq, err := m.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logits := make([]float32, m.Vocab())
-	for i := range steps + 1 {
-		if i == steps {
-			if err := gpu.traceReset(); err != nil {
-				t.Fatal(err)
-			}
+		if before != nil {
+			before(i)
 		}
 		if err := seq.ForwardInto([]int32{int32(i + 7)}, false, logits); err != nil {
 			t.Fatal(err)
 		}
 	}
-	recs, names, err := gpu.traceRead()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := summarizeTrace(recs, names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	writeTrace(&b, ls)
-	t.Logf("%s at position %d, %d blocks:\n%s", filepath.Base(path), steps, len(recs), b.String())
 }
 
 // TestFastSynth checks that fastSynth's files load and run (on the CPU
