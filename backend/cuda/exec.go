@@ -119,6 +119,7 @@ func omitCalls(calls []call, omit string) []call {
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys(),
 		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
+		noBreak:   os.Getenv("WEFT_CUDA_BREAK") == "0",
 		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32})
 	if err != nil {
 		return nil, err

@@ -162,8 +162,9 @@ func oneRowRowsPerBlock(n, chunks, sms int) int {
 // BF16 156.9, Q8_0 241.3, Q4_0 347.9 against 153.9, 234.7, 340.8 without
 // the tiles); breaking it before the 1B shape's GLU (a twin) cost 1-2 %,
 // and without the tiles no break helped. Why the placement matters is
-// not known (trace.go records it). WEFT_CUDA_SERIAL (comma-separated
-// kernel name prefixes) launches more kernels so, for comparisons.
+// not known (trace.go records it). WEFT_CUDA_BREAK=0 leaves the chain
+// whole and WEFT_CUDA_SERIAL (comma-separated kernel name prefixes)
+// launches more kernels without PDL, for comparisons.
 func breakChains(pl *planned) {
 	for i := range pl.calls {
 		c := &pl.calls[i]

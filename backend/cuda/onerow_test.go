@@ -113,4 +113,13 @@ func TestBreakChains(t *testing.T) {
 			t.Errorf("noOneRow %v: serial launches %v, want %v", noOneRow, serial, want)
 		}
 	}
+	pl, err := plan(layerProgram(t, "Q4_0", nil), planOptions{sms: 4, noOneRow: true, noBreak: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pl.calls {
+		if c.serial {
+			t.Errorf("noBreak: %s is serial", c.kernel)
+		}
+	}
 }

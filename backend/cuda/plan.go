@@ -263,6 +263,7 @@ type planOptions struct {
 	noOneRow  bool // no one-row twins (WEFT_CUDA_ONEROW=0)
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
 	attnSync  bool // attention_split_sync for float caches (WEFT_CUDA_ATTN_SYNC=1, for comparisons)
+	noBreak   bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
 	oneRowMax int  // weight bytes above which a launch has no one-row twin (0: oneRowMaxBytes)
 	// normThreads, a multiple of 32, bounds a norm block's threads (0:
 	// maxNormThreads; WEFT_CUDA_NORM_THREADS, for comparisons).
@@ -432,7 +433,9 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	if !opt.noOneRow {
 		oneRow(pl, opt)
 	}
-	breakChains(pl)
+	if !opt.noBreak {
+		breakChains(pl)
+	}
 	for _, c := range pl.calls {
 		if c.kernel != "" && !builtKernels[c.kernel] {
 			op := &p.Ops[c.op]
