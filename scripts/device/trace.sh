@@ -1,8 +1,9 @@
 #!/bin/bash
 # Block traces of one decode step (backend/cuda/trace.go): random-weight
-# models of Llama-3.2-1B's and Llama-3-8B's shapes, each traced once with
-# the plan as it is and once for each WEFT_CUDA_SERIAL setting in SERIALS,
-# so the placement of blocks under PDL can be compared. Build cuda.test as
+# models of Llama-3.2-1B's and Llama-3-8B's shapes, each traced with the
+# plan as it is and under each setting of ENVS (default WEFT_CUDA_BREAK=0,
+# the PDL chain unbroken; WEFT_CUDA_SERIAL=... breaks it elsewhere), so
+# the placement of blocks under PDL can be compared. Build cuda.test as
 # for cuda-check.sh, carry it with the two config files in one folder,
 # then on the device: bash .device/trace/trace.sh   (carry .device/trace)
 # TYPES (default "Q4_0 BF16") chooses the models; traces go to $OUT.
@@ -13,10 +14,9 @@ TYPES=${TYPES:-"Q4_0 BF16"}
 WEFT_BENCH_FAST=1 WEFT_BENCH_SYNTH=$M WEFT_BENCH_CONFIGS=llama1b=$D/llama-3.2-1b.config.json,llama8b=$D/llama-3-8b.config.json \
   WEFT_BENCH_TYPES=$(echo $TYPES | tr ' ' ,) ./cuda.test -test.run TestSynthBenchModels > "$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
 for f in "$M"/*.gguf; do
-  for s in none ${SERIALS:-}; do
-    [ "$s" = none ] && s=""
-    b=$(basename "$f" .gguf)${s:+-serial-$s}
-    WEFT_CUDA_TRACE=1 WEFT_CUDA_SERIAL=$s WEFT_TRACE=$f ./cuda.test -test.run TestTraceDecode -test.v > "$OUT/trace-$b.txt" 2>&1
+  for e in X=1 ${ENVS-WEFT_CUDA_BREAK=0}; do
+    b=$(basename "$f" .gguf); [ "$e" = X=1 ] || b="$b-${e#WEFT_CUDA_}"
+    env "$e" WEFT_CUDA_TRACE=1 WEFT_TRACE=$f ./cuda.test -test.run TestTraceDecode -test.v > "$OUT/trace-$b.txt" 2>&1
     echo "$b: rc=$?"; grep -A40 "kernel *launches" "$OUT/trace-$b.txt" | head -14
   done
 done
