@@ -382,3 +382,25 @@ func TestNormThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanUnfusedGLU checks noGLU (WEFT_CUDA_GLU=0): gate and up become
+// one grouped product, the GLU (quantizing for the down product) its own
+// launch.
+func TestPlanUnfusedGLU(t *testing.T) {
+	pl, err := plan(layerProgram(t, "Q4_0", nil), planOptions{sms: 4, noGLU: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}
+	if got := kernelsOf(pl, false); !slices.Equal(got, want) {
+		t.Errorf("small batches run %v\nwant %v", got, want)
+	}
+	for _, c := range pl.calls {
+		if c.kernel == "matvec3_q4_0" && c.op == 6 && (c.args[11] != i32(96) || c.args[16] != i32(96) || c.args[21] != i32(0)) {
+			t.Errorf("gate and up launch %+v", c)
+		}
+		if c.kernel == "matvec_q4_0" && c.op == 9 && (c.args[2] != scratch(scratchQ8) || c.args[3] != scratch(scratchQ8DS)) {
+			t.Errorf("the down product reads %+v, %+v, want the GLU's int8 rows", c.args[2], c.args[3])
+		}
+	}
+}

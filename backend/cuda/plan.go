@@ -264,7 +264,10 @@ type planOptions struct {
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
 	attnSync  bool // attention_split_sync for float caches (WEFT_CUDA_ATTN_SYNC=1, for comparisons)
 	noBreak   bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
-	oneRowMax int  // weight bytes above which a launch has no one-row twin (0: oneRowMaxBytes)
+	// noGLU plans gate and up as one grouped product and the GLU as its
+	// own launch, not matvec_glu (WEFT_CUDA_GLU=0, for comparisons).
+	noGLU     bool
+	oneRowMax int // weight bytes above which a launch has no one-row twin (0: oneRowMaxBytes)
 	// normThreads, a multiple of 32, bounds a norm block's threads (0:
 	// maxNormThreads; WEFT_CUDA_NORM_THREADS, for comparisons).
 	normThreads int
@@ -367,7 +370,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			pl.calls = append(pl.calls, c)
 			i += 2
 			continue
-		case op.Kind == backend.OpMatMul && gluFusable(p, pl, i, opt):
+		case op.Kind == backend.OpMatMul && !opt.noGLU && gluFusable(p, pl, i, opt):
 			calls, err := planGLU(p, pl, st, i, opt)
 			if err != nil {
 				return nil, err
