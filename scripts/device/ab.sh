@@ -7,7 +7,7 @@
 #   bash .device/ab/ab.sh        (TESTS=0 skips the tests)
 # TYPES (default "Q4_0 Q8_0 BF16"), SHAPES ("1b 8b"), DEPTHS ("0 4096")
 # and ENVS (extra "VAR=value" settings, each a further run of the new
-# build) choose what runs; PP=1 adds pp512 of the new build, and PP_ENVS
+# build; "A=1+B=2" sets both in one run) choose what runs; PP=1 adds pp512 of the new build, and PP_ENVS
 # (settings again) further pp512 runs of it, e.g. PP_ENVS=WEFT_MMQ=1;
 # PAR (e.g. "4 8") adds tg128 of both builds with that many sequences
 # decoding together (weft bench --parallel; both builds need it).
@@ -31,7 +31,7 @@ fi
 while [ ! -f "$M/.ready" ]; do sleep 2; done
 tg() { # build, model, depth, env, more bench flags...
   local b=$1 f=$2 d=$3 e=$4; shift 4
-  env "$e" ./$b bench -m "$f" --backend cuda -d "$d" -p 0 -n 128 -r 3 "$@" 2>&1 | grep -oE 'tg128[^|]*\|[^|]*' | awk -F'|' '{print $2}'
+  env ${e//+/ } ./$b bench -m "$f" --backend cuda -d "$d" -p 0 -n 128 -r 3 "$@" 2>&1 | grep -oE 'tg128[^|]*\|[^|]*' | awk -F'|' '{print $2}'
 }
 for f in "$M"/*.gguf; do
   for d in $DEPTHS; do
