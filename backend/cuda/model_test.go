@@ -99,12 +99,14 @@ func (p *pair) compare(what string, want, got []float32, limit float64) {
 // TestModelsAgainstCPU loads every fixture on both backends and compares
 // the logits of a prefill (in chunks), of greedy decoding, and of batched
 // decode steps over two sequences. K-quant and MLX fixtures run a second
-// time without cuBLAS, Q8_0 and Q4_0 ones a second time with mmq.
+// time without cuBLAS, Q8_0 and Q4_0 ones a second time with mmq, and
+// those and the float ones once more with the gate/up/GLU launch split in
+// two (WEFT_CUDA_GLU=0).
 func TestModelsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	type variant struct {
-		path             string
-		noBLAS, mmq, f16 bool
+		path                    string
+		noBLAS, mmq, f16, noGLU bool
 	}
 	var variants []variant
 	for _, path := range modelPaths(t) {
@@ -120,6 +122,9 @@ func TestModelsAgainstCPU(t *testing.T) {
 		case strings.HasSuffix(path, "_0.gguf"):
 			variants = append(variants, variant{path: path, mmq: true})
 		}
+		if !strings.HasSuffix(path, "_K.gguf") && !strings.HasSuffix(path, "-mlx4") {
+			variants = append(variants, variant{path: path, noGLU: true})
+		}
 	}
 	for i, vt := range variants {
 		path, name := vt.path, filepath.Base(vt.path)
@@ -130,6 +135,8 @@ func TestModelsAgainstCPU(t *testing.T) {
 			name += "/mmq"
 		case vt.f16:
 			name += "/f16-cache"
+		case vt.noGLU:
+			name += "/unfused-glu"
 		}
 		t.Run(name, func(t *testing.T) {
 			if vt.noBLAS {
@@ -140,6 +147,9 @@ func TestModelsAgainstCPU(t *testing.T) {
 			}
 			if vt.mmq {
 				t.Setenv("WEFT_MMQ", "1")
+			}
+			if vt.noGLU {
+				t.Setenv("WEFT_CUDA_GLU", "0")
 			}
 			w, err := weights.Open(path, weights.Options{})
 			if err != nil {
