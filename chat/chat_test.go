@@ -129,6 +129,10 @@ func TestErrors(t *testing.T) {
 		{name: "bad expression", src: "line1\n{{ 1 + }}", line: 2, parseError: true},
 		{name: "unknown tag", src: "{% include 'x' %}", line: 1, col: 4, contains: "include", parseError: true},
 		{name: "library panic", src: "{%if 0 is %}0", contains: "template engine failed", parseError: true},
+		// gonja's lexer panics on this one, and after the error of the next
+		// emits error tokens without end (fuzzing found both).
+		{name: "lexer panic", src: "{{ 5.퐐 }}", contains: "template lexer failed", parseError: true},
+		{name: "endless lexer", src: "{%!/!5.퐐 퐤 쐤", line: 1, col: 4, contains: `Unexpected "!"`, parseError: true},
 		{name: "recursive loop", src: "{% for x in [1] recursive %}{% endfor %}", contains: "recursive", parseError: true},
 		{name: "raise", src: "ok\n{% if true %}\n{{ raise_exception('bad roles') }}\n{% endif %}", line: 3, exception: "bad roles"},
 		{name: "type error", src: "x\n{{ 'a' + 1 }}", line: 2, contains: "unsupported operand type(s) for +: 'str' and 'int'"},

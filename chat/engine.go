@@ -72,9 +72,31 @@ func lexTemplate(src string, cfg *config.Config) ([]*tokens.Token, error) {
 		}()
 		lx.Run()
 	}()
+	// gonja's lexer does not always stop at an error: after some (such as
+	// "{%!/!5.") it emits error and empty tokens without end. A template
+	// yields at most a few tokens a byte, so the first error token, or
+	// more tokens than that, ends the scan. The lexer can only be stopped
+	// by taking its tokens: a bounded drain lets one that does end finish,
+	// and one that does not waits on its channel for good.
+	limit := 4*len(src) + 64
 	var toks []*tokens.Token
 	for t := range lx.Tokens {
 		toks = append(toks, t)
+		if t.Type != tokens.Error && len(toks) <= limit {
+			continue
+		}
+		go func() {
+			for range limit {
+				if _, ok := <-lx.Tokens; !ok {
+					return
+				}
+			}
+		}()
+		if t.Type == tokens.Error {
+			line, col := errorPosition(lx.Input, t)
+			return nil, &Error{Line: line, Column: col, Msg: t.Val}
+		}
+		return nil, &Error{Line: t.Line, Column: t.Col, Msg: fmt.Sprintf("the template lexer went past %d tokens for %d bytes", limit, len(src))}
 	}
 	if crash != nil {
 		return nil, &Error{Msg: fmt.Sprintf("template lexer failed: %v", crash)}
@@ -83,8 +105,6 @@ func lexTemplate(src string, cfg *config.Config) ([]*tokens.Token, error) {
 	depth, blocks := 0, 0
 	for i, t := range toks {
 		switch t.Type {
-		case tokens.Error:
-			return nil, &Error{Line: t.Line, Column: t.Col, Msg: t.Val}
 		case tokens.LeftParenthesis, tokens.LeftBracket, tokens.LeftBrace:
 			depth++
 			if depth > maxNesting {
@@ -104,6 +124,17 @@ func lexTemplate(src string, cfg *config.Config) ([]*tokens.Token, error) {
 		}
 	}
 	return toks, nil
+}
+
+// errorPosition is where an error token points: gonja gives most error
+// tokens only their offset in the input, which this turns into a line
+// and a column (both from 1).
+func errorPosition(input string, t *tokens.Token) (line, col int) {
+	if t.Line > 0 || t.Pos < 0 || t.Pos > len(input) {
+		return t.Line, t.Col
+	}
+	before := input[:t.Pos]
+	return strings.Count(before, "\n") + 1, t.Pos - strings.LastIndexByte(before, '\n')
 }
 
 // blockDelta is +1 for a tag opening a block, -1 for one closing it.
