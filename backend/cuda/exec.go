@@ -106,25 +106,50 @@ func envInt(name string) int {
 // comma-separated prefixes in omit (WEFT_CUDA_OMIT): a measuring aid that
 // times a decode step without a kernel class. The results are then wrong.
 func omitCalls(calls []call, omit string) []call {
-	if omit == "" {
-		return calls
+	return slices.DeleteFunc(calls, func(c call) bool { return hasPrefixIn(c.kernel, omit) })
+}
+
+// serialCalls marks the launches whose kernel name starts with one of the
+// comma-separated prefixes in serial (WEFT_CUDA_SERIAL) to launch without
+// programmatic dependent launch, as breakChains does, for comparisons.
+func serialCalls(calls []call, serial string) {
+	for i := range calls {
+		if hasPrefixIn(calls[i].kernel, serial) {
+			calls[i].serial = true
+		}
 	}
-	prefixes := strings.Split(omit, ",")
-	return slices.DeleteFunc(calls, func(c call) bool {
-		return slices.ContainsFunc(prefixes, func(p string) bool { return p != "" && strings.HasPrefix(c.kernel, p) })
-	})
+}
+
+// hasPrefixIn reports whether name starts with one of the non-empty
+// comma-separated prefixes in list.
+func hasPrefixIn(name, list string) bool {
+	for p := range strings.SplitSeq(list, ",") {
+		if p != "" && strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// envPlanOptions are the plan options the environment sets, most of them
+// for comparisons (README lists them).
+func envPlanOptions() planOptions {
+	return planOptions{splitKeys: attentionSplitKeys(), noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0",
+		gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
+		noBreak: os.Getenv("WEFT_CUDA_BREAK") == "0", noGLU: os.Getenv("WEFT_CUDA_GLU") == "0",
+		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32}
 }
 
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
-	pl, err := plan(p, planOptions{gemm: b.blas != nil, sms: b.sms, mmq: mmqOn(b.target.arch), splitKeys: attentionSplitKeys(),
-		noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
-		noBreak:   os.Getenv("WEFT_CUDA_BREAK") == "0",
-		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32})
+	opt := envPlanOptions()
+	opt.gemm, opt.sms, opt.mmq = b.blas != nil, b.sms, mmqOn(b.target.arch)
+	pl, err := plan(p, opt)
 	if err != nil {
 		return nil, err
 	}
 	pl.calls = omitCalls(pl.calls, os.Getenv("WEFT_CUDA_OMIT"))
+	serialCalls(pl.calls, os.Getenv("WEFT_CUDA_SERIAL"))
 	defer runtime.UnlockOSThread()
 	if err := b.current(); err != nil {
 		return nil, err
@@ -382,11 +407,9 @@ func (e *exec) bind(calls []call) error {
 		e.params[i] = uintptr(unsafe.Pointer(&e.args[i]))
 	}
 	at := 0
-	serial := strings.Split(os.Getenv("WEFT_CUDA_SERIAL"), ",")
 	for _, c := range calls {
 		l := launch{op: c.op, head: e.p.Ops[c.op].Head, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
-			which: c.which, cond: c.cond,
-			serial: c.serial || slices.ContainsFunc(serial, func(p string) bool { return p != "" && strings.HasPrefix(c.kernel, p) })}
+			which: c.which, cond: c.cond, serial: c.serial}
 		if c.gemm != nil {
 			g := c.gemm
 			l.gemm = &boundGemm{out: e.resolve(g.out), x: e.resolve(g.x), w: e.resolve(g.w), n: g.n, k: g.k}

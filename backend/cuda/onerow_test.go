@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -121,5 +122,40 @@ func TestBreakChains(t *testing.T) {
 		if c.serial {
 			t.Errorf("noBreak: %s is serial", c.kernel)
 		}
+	}
+}
+
+// TestEnvSettings checks that the comparison settings reach the plan:
+// WEFT_CUDA_GLU=0 and WEFT_CUDA_BREAK=0 through envPlanOptions,
+// WEFT_CUDA_SERIAL and WEFT_CUDA_OMIT through the calls' prefixes.
+func TestEnvSettings(t *testing.T) {
+	t.Setenv("WEFT_CUDA_GLU", "0")
+	t.Setenv("WEFT_CUDA_BREAK", "0")
+	t.Setenv("WEFT_CUDA_ONEROW", "0")
+	opt := envPlanOptions()
+	if !opt.noGLU || !opt.noBreak || !opt.noOneRow {
+		t.Fatalf("options %+v", opt)
+	}
+	opt.sms = 4
+	pl, err := plan(layerProgram(t, "Q4_0", nil), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kernelsOf(pl, false); slices.Contains(got, "matvec_glu_q4_0") || !slices.Contains(got, "glu_q8") {
+		t.Errorf("WEFT_CUDA_GLU=0 runs %v", got)
+	}
+	serialCalls(pl.calls, "glu_q8,,rmsnorm")
+	n := len(pl.calls)
+	for _, c := range pl.calls {
+		if want := c.kernel == "glu_q8" || strings.HasPrefix(c.kernel, "rmsnorm"); c.serial != want {
+			t.Errorf("%s: serial %v", c.kernel, c.serial)
+		}
+	}
+	pl.calls = omitCalls(pl.calls, "rmsnorm,")
+	if len(pl.calls) != n-2 || slices.ContainsFunc(pl.calls, func(c call) bool { return strings.HasPrefix(c.kernel, "rmsnorm") }) {
+		t.Errorf("omitting rmsnorm left %d of %d calls", len(pl.calls), n)
+	}
+	if pl.calls = omitCalls(pl.calls, ""); len(pl.calls) != n-2 {
+		t.Errorf("an empty WEFT_CUDA_OMIT dropped calls")
 	}
 }

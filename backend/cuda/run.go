@@ -227,7 +227,9 @@ func (e *exec) capture(g *uintptr, rows, sel int, hidden, pdl bool) error {
 		if !l.runs(rows, sel, hidden) {
 			continue
 		}
-		names = append(names, l.kernel)
+		if e.be.trace != nil {
+			names = append(names, l.kernel)
+		}
 		if l.gemm != nil {
 			failed = fmt.Errorf("cuda: op %d: a cuBLAS product in a small batch", l.op)
 			break
