@@ -124,7 +124,7 @@ __device__ __forceinline__ void attention_split_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
     float* part, int* count, int S, int kt, int keys) {
-    PDL;
+    PDL_ATTN;
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
     int r = blockIdx.y;

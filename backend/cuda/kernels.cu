@@ -64,21 +64,54 @@ __device__ __forceinline__ float4 cld4(const u16* p, u64 i) {
 // pdl opens every kernel (through PDL, below): launched with programmatic
 // stream serialization (as graph replays are, on sm_90 and newer) a kernel
 // may start before the one before it has finished; it waits here until
-// that one's writes are visible, then lets the next kernel start
-// launching in turn.
-__device__ __forceinline__ void pdl() {
+// that one's writes are visible, then (trigger) lets the next kernel start
+// launching in turn. Without the trigger the next kernel's blocks are
+// placed only as this kernel's blocks leave.
+__device__ __forceinline__ void pdl(bool trigger) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (trigger) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+// Kernel classes whose blocks do not trigger the next launch early, for
+// comparisons (WEFT_CUDA_LATE=all,glu,mv,attn defines WEFT_LATE_*; nvrtc.go):
+// PDL_GLU opens the GLU kernels, PDL_MV the other products, PDL_ATTN the
+// decode attention, PDL the rest.
+#ifdef WEFT_LATE_ALL
+#define WEFT_LATE_GLU
+#define WEFT_LATE_MV
+#define WEFT_LATE_ATTN
+#define TRIGGER_ANY false
+#else
+#define TRIGGER_ANY true
+#endif
+#ifdef WEFT_LATE_GLU
+#define TRIGGER_GLU false
+#else
+#define TRIGGER_GLU true
+#endif
+#ifdef WEFT_LATE_MV
+#define TRIGGER_MV false
+#else
+#define TRIGGER_MV true
+#endif
+#ifdef WEFT_LATE_ATTN
+#define TRIGGER_ATTN false
+#else
+#define TRIGGER_ATTN true
+#endif
+#define PDL PDL_(TRIGGER_ANY)
+#define PDL_GLU PDL_(TRIGGER_GLU)
+#define PDL_MV PDL_(TRIGGER_MV)
+#define PDL_ATTN PDL_(TRIGGER_ATTN)
 
 // Block tracing, a measuring aid (WEFT_CUDA_TRACE=1 compiles the module
 // with WEFT_TRACE; trace.go): thread 0 of every block writes one record of
 // four words to weft_trace: the launch's %gridid, the %globaltimer
 // reading before the dependency wait, the one after it, and the
 // multiprocessor (top 8 bits) with the reading when thread 0 leaves the
-// kernel. Without WEFT_TRACE, PDL is pdl() and nothing else.
+// kernel. Without WEFT_TRACE, PDL_ is pdl and nothing else.
 #ifdef WEFT_TRACE
 __device__ u64* weft_trace;
 __device__ unsigned weft_trace_cap, weft_trace_n;
@@ -89,9 +122,9 @@ __device__ __forceinline__ u64 gtime() {
 }
 struct pdl_scope {
     u64* rec = nullptr;
-    __device__ __forceinline__ pdl_scope() {
+    __device__ __forceinline__ pdl_scope(bool trigger) {
         u64 t0 = gtime();
-        pdl();
+        pdl(trigger);
         if (threadIdx.x + threadIdx.y + threadIdx.z != 0 || weft_trace == nullptr) return;
         unsigned i = atomicAdd(&weft_trace_n, 1u);
         if (i >= weft_trace_cap) return;
@@ -109,9 +142,9 @@ struct pdl_scope {
         if (rec) rec[3] |= gtime() & ((1ull << 56) - 1);
     }
 };
-#define PDL pdl_scope pdl_scope_
+#define PDL_(trigger) pdl_scope pdl_scope_(trigger)
 #else
-#define PDL pdl()
+#define PDL_(trigger) pdl(trigger)
 #endif
 
 // smem_addr is p's address in the shared window, as ldmatrix and cp.async

@@ -401,7 +401,7 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
 #define MATVEC(name, T, MAXM, B)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
-             long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) { PDL;             \
+             long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) { PDL_MV;          \
         matvec<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb);                  \
     }
 MATVEC(matvec_f32, W_F32, MVR, MV_BATCH)
@@ -427,7 +427,7 @@ MATVEC(matvec1_q4_0, W_Q4_0, 1, MV_BATCH)
              float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1, const u8* w1,    \
              long long dOff1, const float* bias1, int N1, float* out2, const u8* w2, long long dOff2,              \
              const float* bias2, int N2) {                                                                         \
-        PDL;                                                                                                     \
+        PDL_MV;                                                                                                  \
         matvec3<T, MAXM, B>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1,     \
                             bias1, N1, out2, w2, dOff2, bias2, N2);                                                \
     }
@@ -447,7 +447,7 @@ MATVEC3(matvec13_q4_0, W_Q4_0, 1, MV_BATCH)
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \
-        PDL;                                                                                                     \
+        PDL_GLU;                                                                                                 \
         matvec_glu<T, MAXM, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act);   \
     }
 MATVEC_GLU(matvec_glu_f32, W_F32, MVR, MV_BATCH)

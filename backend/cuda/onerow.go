@@ -3,6 +3,8 @@ package cuda
 import (
 	"cmp"
 	"strings"
+
+	"github.com/weftlm/weft/backend"
 )
 
 // Decode of one sequence multiplies a single activation row, and the
@@ -97,7 +99,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 	default:
 		return call{}, false
 	}
-	if k, limit := launchCols(t), cmp.Or(opt.oneRowMax, oneRowMaxBytes); k > oneRowAnyCols && launchWeightBytes(t) > int64(limit) {
+	if k, limit := launchCols(t), cmp.Or(opt.oneRowMax, oneRowMaxBytes); !c.twinAnySize && k > oneRowAnyCols && launchWeightBytes(t) > int64(limit) {
 		return call{}, false
 	}
 	return t, true
@@ -172,4 +174,26 @@ func breakChains(pl *planned) {
 			c.serial = true
 		}
 	}
+}
+
+// splitGLU reports whether the gate, up and GLU ops at i (gluFusable) are
+// better planned apart: gate and up as one grouped product, whose one-row
+// twin (matvec13) then runs whatever its size, and the GLU as its own
+// launch (glu_q8). That is so for Q4_0 weights too large for the fused
+// kernel's one-row twin (the 8B shape's: 448 blocks of 32-row groups on
+// 132 multiprocessors, against the grouped product's 528 blocks of finer
+// groups). Same-run A/B on an H100, tg128 of the 8B shape: Q4_0 362.8 /
+// 361.1 tok/s against 346.7 / 348.2 fused; but Q8_0 211.8 / 213.5 against
+// 239.7 / 240.1, BF16 146.1 against 155.7, and the 1B shape, whose fused
+// GLU has a twin, lost 4-10 % (Q4_0 1,274 / 1,265 against 1,332 / 1,339).
+func splitGLU(p *backend.Program, pl *planned, i int, opt planOptions) bool {
+	if opt.noOneRow {
+		return false
+	}
+	mg, ok := productWeight(p, pl, &p.Ops[i])
+	if !ok || mg.typ != "Q4_0" {
+		return false
+	}
+	limit := int64(cmp.Or(opt.oneRowMax, oneRowMaxBytes))
+	return mg.cols > oneRowAnyCols && 2*int64(mg.rowBytes)*int64(mg.rows) > limit
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/weftlm/weft/backend"
 )
 
 // TestOneRowTwin checks the one-row twins' rows per block and grids on an
@@ -157,5 +159,60 @@ func TestEnvSettings(t *testing.T) {
 	}
 	if pl.calls = omitCalls(pl.calls, ""); len(pl.calls) != n-2 {
 		t.Errorf("an empty WEFT_CUDA_OMIT dropped calls")
+	}
+}
+
+// TestSplitGLU checks splitGLU: a Q4_0 GLU whose fused kernel would read
+// more than the one-row limit (here lowered) is planned as gate and up in
+// one grouped product, with a one-row twin whatever its size, and the GLU
+// (quantizing for the down product) as its own launch; a Q8_0 one stays
+// fused, and so does every GLU with WEFT_CUDA_ONEROW=0.
+func TestSplitGLU(t *testing.T) {
+	prog := func(typ string) *backend.Program {
+		b := newProg(t, 1, 4, 1, 32, 64)
+		const k = 4096
+		x, xn, g, u, d := b.buf(k), b.buf(k), b.buf(64), b.buf(64), b.buf(64)
+		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("F32", 64, k, 1)})
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(k, 1, 0.1), Eps: 1e-5, Group: k})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat(typ, 64, k, 1), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: u, A: xn, W: b.mat(typ, 64, k, 1), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: d, A: g, W: b.mat(typ, 64, 64, 1), Bias: backend.NoWeight})
+		b.p.Logits = d
+		return b.p
+	}
+	for _, tc := range []struct {
+		typ      string
+		noOneRow bool
+		one, two []string
+	}{
+		{"Q4_0", false, []string{"embed_f32", "rmsnorm_q8", "matvec13_q4_0", "glu_q8", "matvec1_q4_0"},
+			[]string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}},
+		{"Q8_0", false, []string{"embed_f32", "rmsnorm_q8", "matvec_glu_q8_0", "matvec1_q8_0"},
+			[]string{"embed_f32", "rmsnorm_q8", "matvec_glu_q8_0", "matvec_q8_0"}},
+		{"Q4_0", true, []string{"embed_f32", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"},
+			[]string{"embed_f32", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
+	} {
+		// 2·64 rows of 2,048 (Q4_0) or 4,096 (Q8_0) quant bytes.
+		pl, err := plan(prog(tc.typ), planOptions{sms: 4, noOneRow: tc.noOneRow, oneRowMax: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kernelsFor(pl, 1); !slices.Equal(got, tc.one) {
+			t.Errorf("%s noOneRow %v: one row runs %v\nwant %v", tc.typ, tc.noOneRow, got, tc.one)
+		}
+		if got := kernelsFor(pl, 2); !slices.Equal(got, tc.two) {
+			t.Errorf("%s noOneRow %v: two rows run %v\nwant %v", tc.typ, tc.noOneRow, got, tc.two)
+		}
+		// The fused GLU writes its int8 rows apart from its input's.
+		q8, ds := scratch(scratchQ8), scratch(scratchQ8DS)
+		if slices.Contains(tc.one, "matvec_glu_"+strings.ToLower(tc.typ)) {
+			q8, ds = scratch(scratchG8), scratch(scratchG8DS)
+		}
+		for _, c := range pl.calls {
+			if strings.HasPrefix(c.kernel, "matvec") && c.op == 5 && (c.args[2] != q8 || c.args[3] != ds) {
+				t.Errorf("%s: the down product %s reads %+v, %+v, want the GLU's int8 rows", tc.typ, c.kernel, c.args[2], c.args[3])
+			}
+		}
 	}
 }

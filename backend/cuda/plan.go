@@ -150,6 +150,9 @@ type call struct {
 	// serial launches the kernel without programmatic dependent launch:
 	// it starts once the launch before it has finished (breakChains).
 	serial bool
+	// twinAnySize gives the launch a one-row twin whatever the weight
+	// bytes it reads (oneRowTwin; splitGLU's gate and up products).
+	twinAnySize bool
 }
 
 // matInfo describes a program weight as the device stores it: rows of
@@ -370,7 +373,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			pl.calls = append(pl.calls, c)
 			i += 2
 			continue
-		case op.Kind == backend.OpMatMul && !opt.noGLU && gluFusable(p, pl, i, opt):
+		case op.Kind == backend.OpMatMul && !opt.noGLU && gluFusable(p, pl, i, opt) && !splitGLU(p, pl, i, opt):
 			calls, err := planGLU(p, pl, st, i, opt)
 			if err != nil {
 				return nil, err
@@ -383,6 +386,12 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			calls, err := planGroup(p, pl, st, i, n, opt)
 			if err != nil {
 				return nil, err
+			}
+			if n == 2 && !opt.noGLU && gluFusable(p, pl, i, opt) {
+				// splitGLU's gate and up products.
+				for k := range calls {
+					calls[k].twinAnySize = true
+				}
 			}
 			pl.calls = append(pl.calls, calls...)
 			i += n - 1

@@ -113,9 +113,23 @@ func (b *Backend) traceRead() ([]traceRecord, []string, error) {
 	recs := make([]traceRecord, n)
 	for i := range recs {
 		w := words[4*i:]
-		recs[i] = traceRecord{grid: w[0], start: w[1], released: w[2], sm: int(w[3] >> 56), end: w[3] & (1<<56 - 1)}
+		recs[i] = traceRecord{grid: w[0], start: w[1], released: w[2], sm: int(w[3] >> 56), end: fullTime(w[2], w[3])}
 	}
 	return recs, b.trace.names, nil
+}
+
+// fullTime restores a block's end time from its record's last word, which
+// keeps only the low 56 bits of %globaltimer (the top 8 hold the
+// multiprocessor; the timer counts ns since 1970 and needs 61), by taking
+// the high bits from the release time, which precedes the end by far less
+// than 2^56 ns.
+func fullTime(released, word uint64) uint64 {
+	const mask = 1<<56 - 1
+	t := released&^mask | word&mask
+	if t < released {
+		t += 1 << 56
+	}
+	return t
 }
 
 // traceRecord is one block's record: its launch, the %globaltimer readings

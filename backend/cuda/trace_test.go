@@ -57,3 +57,23 @@ func TestSummarizeTrace(t *testing.T) {
 		}
 	}
 }
+
+// The kernel keeps the low 56 bits of the end time under the
+// multiprocessor number; fullTime must restore the whole reading, also
+// when the low bits wrap between release and end.
+func TestFullTime(t *testing.T) {
+	const mask = 1<<56 - 1
+	for _, c := range []struct {
+		released, end uint64
+		sm            uint64
+	}{
+		{1795389968973611200, 1795389968973613000, 126},
+		{1795389968973611200, 1795389968973611200, 0},
+		{25<<56 - 10, 25<<56 + 20, 131},
+		{5, 9, 255},
+	} {
+		if got := fullTime(c.released, c.sm<<56|c.end&mask); got != c.end {
+			t.Errorf("fullTime(%d, sm %d, end %d) = %d", c.released, c.sm, c.end, got)
+		}
+	}
+}

@@ -15,7 +15,7 @@ WEFT_BENCH_FAST=1 WEFT_BENCH_SYNTH=$M WEFT_BENCH_CONFIGS=llama1b=$D/llama-3.2-1b
   WEFT_BENCH_TYPES=$(echo $TYPES | tr ' ' ,) ./cuda.test -test.run TestSynthBenchModels > "$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
 for f in "$M"/*.gguf; do
   for e in X=1 ${ENVS-WEFT_CUDA_BREAK=0}; do
-    b=$(basename "$f" .gguf); [ "$e" = X=1 ] || b="$b-${e#WEFT_CUDA_}"
+    b=$(basename "$f" .gguf); [ "$e" = X=1 ] || b="$b-$(echo "${e#WEFT_CUDA_}" | tr '=+' '_-')"
     env "$e" WEFT_CUDA_TRACE=1 WEFT_TRACE=$f ./cuda.test -test.run TestTraceDecode -test.v > "$OUT/trace-$b.txt" 2>&1
     echo "$b: rc=$?"; grep -A40 "kernel *launches" "$OUT/trace-$b.txt" | head -14
   done
