@@ -82,7 +82,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		n := int(c.args[11].v)
 		rpb := rowsPer(n, chunks(int(c.args[10].v)), opt.sms)
 		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
-		t.gridX = min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms))
+		t.gridX = min(blocks(n, rpb), uint32(cmp.Or(opt.twinGrid, mvGridPerSM)*opt.sms))
 	case "matvec3":
 		// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff, bias, N
 		// of each weight.
@@ -93,7 +93,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 			groups += (int(c.args[at].v) + rpb - 1) / rpb
 		}
 		t.kernel, t.args[6] = "matvec13_"+typ, i32(rpb)
-		t.gridX = uint32(min(groups, mvGridPerSM*opt.sms))
+		t.gridX = uint32(min(groups, cmp.Or(opt.twinGrid, mvGridPerSM)*opt.sms))
 	case "matvec_glu":
 		t.kernel = "matvec1_glu_" + typ
 	default:
@@ -176,16 +176,19 @@ func breakChains(pl *planned) {
 	}
 }
 
-// splitGLU reports whether the gate, up and GLU ops at i (gluFusable) are
-// better planned apart: gate and up as one grouped product, whose one-row
-// twin (matvec13) then runs whatever its size, and the GLU as its own
-// launch (glu_q8). That is so for Q4_0 weights too large for the fused
-// kernel's one-row twin (the 8B shape's: 448 blocks of 32-row groups on
-// 132 multiprocessors, against the grouped product's 528 blocks of finer
-// groups). Same-run A/B on an H100, tg128 of the 8B shape: Q4_0 362.8 /
-// 361.1 tok/s against 346.7 / 348.2 fused; but Q8_0 211.8 / 213.5 against
-// 239.7 / 240.1, BF16 146.1 against 155.7, and the 1B shape, whose fused
-// GLU has a twin, lost 4-10 % (Q4_0 1,274 / 1,265 against 1,332 / 1,339).
+// splitGLU reports whether batches of one row run the gate, up and GLU
+// ops at i (gluFusable) apart: gate and up as one grouped product, whose
+// one-row twin (matvec13) then runs whatever its size, and the GLU as its
+// own launch (glu_q8); larger batches keep the fused kernel. That is so
+// for Q4_0 weights too large for the fused kernel's one-row twin (the 8B
+// shape's: 448 blocks of 32-row groups on 132 multiprocessors, against
+// the grouped product's 528 blocks of finer groups). Same-run A/B on an
+// H100, tg128 of the 8B shape split as WEFT_CUDA_GLU=0 with every launch
+// twinned: Q4_0 362.8 / 361.1 tok/s against 346.7 / 348.2 fused; but Q8_0
+// 211.8 / 213.5 against 239.7 / 240.1, BF16 146.1 against 155.7, and the
+// 1B shape, whose fused GLU has a twin, lost 4-10 % (Q4_0 1,274 / 1,265
+// against 1,332 / 1,339). Splitting for batches of 4 rows too cost 6 %
+// (--parallel 4: 783 against 835 tok/s).
 func splitGLU(p *backend.Program, pl *planned, i int, opt planOptions) bool {
 	if opt.noOneRow {
 		return false

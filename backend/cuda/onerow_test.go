@@ -128,14 +128,15 @@ func TestBreakChains(t *testing.T) {
 }
 
 // TestEnvSettings checks that the comparison settings reach the plan:
-// WEFT_CUDA_GLU=0 and WEFT_CUDA_BREAK=0 through envPlanOptions,
+// WEFT_CUDA_GLU=0, WEFT_CUDA_BREAK=0 and WEFT_CUDA_TWIN_GRID through envPlanOptions,
 // WEFT_CUDA_SERIAL and WEFT_CUDA_OMIT through the calls' prefixes.
 func TestEnvSettings(t *testing.T) {
 	t.Setenv("WEFT_CUDA_GLU", "0")
 	t.Setenv("WEFT_CUDA_BREAK", "0")
 	t.Setenv("WEFT_CUDA_ONEROW", "0")
+	t.Setenv("WEFT_CUDA_TWIN_GRID", "8")
 	opt := envPlanOptions()
-	if !opt.noGLU || !opt.noBreak || !opt.noOneRow {
+	if !opt.noGLU || !opt.noBreak || !opt.noOneRow || opt.twinGrid != 8 {
 		t.Fatalf("options %+v", opt)
 	}
 	opt.sms = 4
@@ -162,11 +163,12 @@ func TestEnvSettings(t *testing.T) {
 	}
 }
 
-// TestSplitGLU checks splitGLU: a Q4_0 GLU whose fused kernel would read
-// more than the one-row limit (here lowered) is planned as gate and up in
-// one grouped product, with a one-row twin whatever its size, and the GLU
-// (quantizing for the down product) as its own launch; a Q8_0 one stays
-// fused, and so does every GLU with WEFT_CUDA_ONEROW=0.
+// TestSplitGLU checks splitGLU: for batches of one row, a Q4_0 GLU whose
+// fused kernel would read more than the one-row limit (here lowered) runs
+// as gate and up in one grouped product (the one-row twin, whatever its
+// size) and the GLU, quantizing for the down product where the fused
+// kernel would, as its own launch; larger batches keep the fused kernel,
+// and so do Q8_0 GLUs and every GLU with WEFT_CUDA_ONEROW=0.
 func TestSplitGLU(t *testing.T) {
 	prog := func(typ string) *backend.Program {
 		b := newProg(t, 1, 4, 1, 32, 64)
@@ -187,7 +189,7 @@ func TestSplitGLU(t *testing.T) {
 		one, two []string
 	}{
 		{"Q4_0", false, []string{"embed_f32", "rmsnorm_q8", "matvec13_q4_0", "glu_q8", "matvec1_q4_0"},
-			[]string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}},
+			[]string{"embed_f32", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
 		{"Q8_0", false, []string{"embed_f32", "rmsnorm_q8", "matvec_glu_q8_0", "matvec1_q8_0"},
 			[]string{"embed_f32", "rmsnorm_q8", "matvec_glu_q8_0", "matvec_q8_0"}},
 		{"Q4_0", true, []string{"embed_f32", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"},
@@ -204,11 +206,8 @@ func TestSplitGLU(t *testing.T) {
 		if got := kernelsFor(pl, 2); !slices.Equal(got, tc.two) {
 			t.Errorf("%s noOneRow %v: two rows run %v\nwant %v", tc.typ, tc.noOneRow, got, tc.two)
 		}
-		// The fused GLU writes its int8 rows apart from its input's.
-		q8, ds := scratch(scratchQ8), scratch(scratchQ8DS)
-		if slices.Contains(tc.one, "matvec_glu_"+strings.ToLower(tc.typ)) {
-			q8, ds = scratch(scratchG8), scratch(scratchG8DS)
-		}
+		// The GLU writes its int8 rows apart from its input's, fused or not.
+		q8, ds := scratch(scratchG8), scratch(scratchG8DS)
 		for _, c := range pl.calls {
 			if strings.HasPrefix(c.kernel, "matvec") && c.op == 5 && (c.args[2] != q8 || c.args[3] != ds) {
 				t.Errorf("%s: the down product %s reads %+v, %+v, want the GLU's int8 rows", tc.typ, c.kernel, c.args[2], c.args[3])

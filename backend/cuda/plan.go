@@ -267,6 +267,7 @@ type planOptions struct {
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
 	attnSync  bool // attention_split_sync for float caches (WEFT_CUDA_ATTN_SYNC=1, for comparisons)
 	noBreak   bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
+	twinGrid  int  // blocks a multiprocessor for the one-row product twins (0: mvGridPerSM; WEFT_CUDA_TWIN_GRID, for comparisons)
 	// noGLU plans gate and up as one grouped product and the GLU as its
 	// own launch, not matvec_glu (WEFT_CUDA_GLU=0, for comparisons).
 	noGLU     bool
@@ -373,7 +374,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			pl.calls = append(pl.calls, c)
 			i += 2
 			continue
-		case op.Kind == backend.OpMatMul && !opt.noGLU && gluFusable(p, pl, i, opt) && !splitGLU(p, pl, i, opt):
+		case op.Kind == backend.OpMatMul && !opt.noGLU && gluFusable(p, pl, i, opt):
 			calls, err := planGLU(p, pl, st, i, opt)
 			if err != nil {
 				return nil, err
@@ -386,12 +387,6 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			calls, err := planGroup(p, pl, st, i, n, opt)
 			if err != nil {
 				return nil, err
-			}
-			if n == 2 && !opt.noGLU && gluFusable(p, pl, i, opt) {
-				// splitGLU's gate and up products.
-				for k := range calls {
-					calls[k].twinAnySize = true
-				}
 			}
 			pl.calls = append(pl.calls, calls...)
 			i += n - 1
