@@ -3,8 +3,6 @@ package cuda
 import (
 	"cmp"
 	"strings"
-
-	"github.com/weftlm/weft/backend"
 )
 
 // Decode of one sequence multiplies a single activation row, and the
@@ -17,7 +15,8 @@ import (
 // device (BF16 tg128 566 → 640 tok/s on the 1B shape when they came); the
 // quantized twins keep MV_BATCH and rowsPerBlock's rows (8 loads were
 // 1-8 % slower), and the GLU twins MV_BATCH of each of their two rows.
-// Launches of long rows over oneRowMaxBytes keep their kernel (below).
+// Float launches of long rows over oneRowMaxBytes keep their kernel
+// (below).
 func oneRow(pl *planned, opt planOptions) {
 	calls := make([]call, 0, len(pl.calls)+64)
 	for _, c := range pl.calls {
@@ -41,12 +40,14 @@ func withoutOne(c cond) cond {
 }
 
 // oneRowTypes are the weight types with one-row twins, with their
-// 16-byte chunks a row of k columns and whether the twin keeps
-// rowsPerBlock's rows a block (quantized types, whose twins keep MV_BATCH
-// loads in flight) rather than half a warp a row (oneRowRowsPerBlock).
+// 16-byte chunks a row of k columns and whether the twin is a quantized
+// type's (quant): it keeps rowsPerBlock's rows a block (and MV_BATCH loads
+// in flight) rather than half a warp a row (oneRowRowsPerBlock), comes
+// for launches of any size and runs oneRowQuantGrid blocks a
+// multiprocessor.
 var oneRowTypes = map[string]struct {
 	chunks func(k int) int
-	keep   bool
+	quant  bool
 }{
 	"f32":  {func(k int) int { return k / 4 }, false},
 	"f16":  {func(k int) int { return k / 8 }, false},
@@ -54,6 +55,20 @@ var oneRowTypes = map[string]struct {
 	"q8_0": {func(k int) int { return k / 16 }, true},
 	"q4_0": {func(k int) int { return k / 32 }, true},
 }
+
+// oneRowQuantGrid bounds the grid of a quantized type's one-row product
+// twin (matvec1_*, matvec13_*) at this many blocks a multiprocessor, twice
+// mvGridPerSM: the twins need 56-72 registers a thread, so more of their
+// warps fit, and more of their loads fly at once. With the twins for
+// launches of every size (the GLU's too), same-run A/B on an H100 against
+// twins up to oneRowMaxBytes at mvGridPerSM (tg128, tok/s, two runs):
+// 8B shape Q4_0 371.2 / 370.9 against 363.5 / 363.8, Q8_0 251.5 / 252.1
+// against 241.0 / 241.3; 1B shape (no launch over the limit) Q4_0 1,374 /
+// 1,360 against 1,358 / 1,351, Q8_0 1,062 / 1,062 against 1,028 / 1,026.
+// 12 blocks a multiprocessor: 366, 249.6, 1,348, 1,035; 16: 368.5, 250.8,
+// 1,367, 1,063. The float twins keep mvGridPerSM and oneRowMaxBytes: 8B
+// BF16 155.4 at 8 blocks against 155.6, and twins for every launch 149.5.
+const oneRowQuantGrid = 8
 
 // oneRowTwin is c's launch for batches of one row, if it has one.
 func oneRowTwin(c call, opt planOptions) (call, bool) {
@@ -68,10 +83,11 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 	if !ok || !known {
 		return call{}, false
 	}
-	rowsPer := oneRowRowsPerBlock
-	if ty.keep {
-		rowsPer = rowsPerBlock
+	rowsPer, grid := oneRowRowsPerBlock, mvGridPerSM
+	if ty.quant {
+		rowsPer, grid = rowsPerBlock, oneRowQuantGrid
 	}
+	grid = cmp.Or(opt.twinGrid, grid)
 	chunks := ty.chunks
 	t := c
 	t.cond = one
@@ -82,7 +98,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		n := int(c.args[11].v)
 		rpb := rowsPer(n, chunks(int(c.args[10].v)), opt.sms)
 		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
-		t.gridX = min(blocks(n, rpb), uint32(cmp.Or(opt.twinGrid, mvGridPerSM)*opt.sms))
+		t.gridX = min(blocks(n, rpb), uint32(grid*opt.sms))
 	case "matvec3":
 		// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff, bias, N
 		// of each weight.
@@ -93,20 +109,22 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 			groups += (int(c.args[at].v) + rpb - 1) / rpb
 		}
 		t.kernel, t.args[6] = "matvec13_"+typ, i32(rpb)
-		t.gridX = uint32(min(groups, cmp.Or(opt.twinGrid, mvGridPerSM)*opt.sms))
+		t.gridX = uint32(min(groups, grid*opt.sms))
 	case "matvec_glu":
 		t.kernel = "matvec1_glu_" + typ
 	default:
 		return call{}, false
 	}
-	if k, limit := launchCols(t), cmp.Or(opt.oneRowMax, oneRowMaxBytes); !c.twinAnySize && k > oneRowAnyCols && launchWeightBytes(t) > int64(limit) {
+	if k, limit := launchCols(t), cmp.Or(opt.oneRowMax, oneRowMaxBytes); !ty.quant && k > oneRowAnyCols && launchWeightBytes(t) > int64(limit) {
 		return call{}, false
 	}
 	return t, true
 }
 
-// A launch by rows of more than oneRowAnyCols columns has a one-row twin
-// only where it reads at most oneRowMaxBytes of weights. Same-run A/B on
+// A float type's launch by rows of more than oneRowAnyCols columns has a
+// one-row twin only where it reads at most oneRowMaxBytes of weights (the
+// quantized types' twins come for every size since their grid doubled,
+// oneRowQuantGrid). Same-run A/B on
 // an H100 (tg128, twins for every launch / up to 16 MiB / none): 1B shape
 // (K = 2048 but the down product) Q4_0 1,265 / 1,238 / 1,222 tok/s, Q8_0
 // 973 / 953 / 952, BF16 714 / 701 / 702; 8B shape (K = 4096 and 14336)
@@ -153,7 +171,7 @@ func oneRowRowsPerBlock(n, chunks, sms int) int {
 }
 
 // breakChains launches the GLU kernels that also run batches of one row,
-// having no one-row twin (rows too long: the 8B shape's), without
+// having no one-row twin (float rows too long: the 8B shape's), without
 // programmatic dependent launch, so each waits for the norm before it to
 // finish before any of its blocks is placed. Under PDL a kernel's blocks
 // are placed while the kernel before it still runs, and with the decode
@@ -174,29 +192,4 @@ func breakChains(pl *planned) {
 			c.serial = true
 		}
 	}
-}
-
-// splitGLU reports whether batches of one row run the gate, up and GLU
-// ops at i (gluFusable) apart: gate and up as one grouped product, whose
-// one-row twin (matvec13) then runs whatever its size, and the GLU as its
-// own launch (glu_q8); larger batches keep the fused kernel. That is so
-// for Q4_0 weights too large for the fused kernel's one-row twin (the 8B
-// shape's: 448 blocks of 32-row groups on 132 multiprocessors, against
-// the grouped product's 528 blocks of finer groups). Same-run A/B on an
-// H100, tg128 of the 8B shape split as WEFT_CUDA_GLU=0 with every launch
-// twinned: Q4_0 362.8 / 361.1 tok/s against 346.7 / 348.2 fused; but Q8_0
-// 211.8 / 213.5 against 239.7 / 240.1, BF16 146.1 against 155.7, and the
-// 1B shape, whose fused GLU has a twin, lost 4-10 % (Q4_0 1,274 / 1,265
-// against 1,332 / 1,339). Splitting for batches of 4 rows too cost 6 %
-// (--parallel 4: 783 against 835 tok/s).
-func splitGLU(p *backend.Program, pl *planned, i int, opt planOptions) bool {
-	if opt.noOneRow {
-		return false
-	}
-	mg, ok := productWeight(p, pl, &p.Ops[i])
-	if !ok || mg.typ != "Q4_0" {
-		return false
-	}
-	limit := int64(cmp.Or(opt.oneRowMax, oneRowMaxBytes))
-	return mg.cols > oneRowAnyCols && 2*int64(mg.rowBytes)*int64(mg.rows) > limit
 }

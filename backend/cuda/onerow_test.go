@@ -4,15 +4,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/weftlm/weft/backend"
 )
 
 // TestOneRowTwin checks the one-row twins' rows per block and grids on an
 // H100-sized device: half a warp a row where that still makes two blocks
 // a multiprocessor, as many rows per block as before where it does not;
-// quantized weights keep rowsPerBlock's rows; K-quants and launches of
-// long rows over oneRowMaxBytes have no twins.
+// quantized weights keep rowsPerBlock's rows, up to oneRowQuantGrid
+// blocks a multiprocessor, whatever the launch's size; K-quants and float
+// launches of long rows over oneRowMaxBytes have no twins.
 func TestOneRowTwin(t *testing.T) {
 	opt := planOptions{sms: 132}
 	rowBytes := map[string]func(k int) int{"f32": func(k int) int { return 4 * k }, "f16": func(k int) int { return 2 * k },
@@ -41,14 +40,17 @@ func TestOneRowTwin(t *testing.T) {
 		{mv("f16", 14336, 512, 4), "matvec1_f16", 1, 512}, // 14 MiB
 		{mv("bf16", 2048, 128256, 4), "matvec1_bf16", 8, 528},
 		{mv("f32", 2048, 512, 1), "matvec1_f32", 1, 512},
-		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 4, 528},
+		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 4, 1024},
 		{mv("q4_0", 2048, 2048, 4), "matvec1_q4_0", 4, 512},
-		{mv("q8_0", 2048, 128256, 8), "matvec1_q8_0", 4, 528},
+		{mv("q8_0", 2048, 128256, 8), "matvec1_q8_0", 4, 1056},
+		{mv("q4_0", 14336, 4096, 4), "matvec1_q4_0", 4, 1024}, // the 8B down product, 28 MiB
 		{mv3("bf16", 2048, 4096, 1024, 1024), "matvec13_bf16", 8, 528},
-		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 528}, // 6 MiB
+		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 768},    // 6 MiB
+		{mv3("q8_0", 4096, 4096, 1024, 1024), "matvec13_q8_0", 4, 1056}, // the 8B q, k and v, 24 MiB
 		{glu("f16", 2048, 8192), "matvec1_glu_f16", -1, 0},
-		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0}, // 12 MiB of gate and up rows
-		{glu("q8_0", 8192, 512), "matvec1_glu_q8_0", -1, 0},  // 8 MiB: N rows, not K
+		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0},  // 12 MiB of gate and up rows
+		{glu("q8_0", 8192, 512), "matvec1_glu_q8_0", -1, 0},   // 8 MiB: N rows, not K
+		{glu("q8_0", 4096, 14336), "matvec1_glu_q8_0", -1, 0}, // the 8B GLU, 112 MiB
 	} {
 		got, ok := oneRowTwin(tc.c, opt)
 		if !ok || got.kernel != tc.kernel || got.cond != one {
@@ -65,8 +67,7 @@ func TestOneRowTwin(t *testing.T) {
 	}
 	for _, c := range []call{
 		mv("bf16", 4096, 4096, 4),           // 32 MiB of rows longer than oneRowAnyCols
-		glu("q8_0", 4096, 14336),            // the 8B GLU, 112 MiB
-		glu("q8_0", 4096, 2560),             // 20 MiB: gate and up both count
+		glu("f16", 4096, 2560),              // 40 MiB: gate and up both count
 		mv3("bf16", 4096, 4096, 1024, 1024), // the 8B q, k and v, 48 MiB
 		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q6_k", cond: always},
 		{kernel: "matvec_bf16", cond: large}, {kernel: "rmsnorm_q8", cond: small},
@@ -160,58 +161,5 @@ func TestEnvSettings(t *testing.T) {
 	}
 	if pl.calls = omitCalls(pl.calls, ""); len(pl.calls) != n-2 {
 		t.Errorf("an empty WEFT_CUDA_OMIT dropped calls")
-	}
-}
-
-// TestSplitGLU checks splitGLU: for batches of one row, a Q4_0 GLU whose
-// fused kernel would read more than the one-row limit (here lowered) runs
-// as gate and up in one grouped product (the one-row twin, whatever its
-// size) and the GLU, quantizing for the down product where the fused
-// kernel would, as its own launch; larger batches keep the fused kernel,
-// and so do Q8_0 GLUs and every GLU with WEFT_CUDA_ONEROW=0.
-func TestSplitGLU(t *testing.T) {
-	prog := func(typ string) *backend.Program {
-		b := newProg(t, 1, 4, 1, 32, 64)
-		const k = 4096
-		x, xn, g, u, d := b.buf(k), b.buf(k), b.buf(64), b.buf(64), b.buf(64)
-		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("F32", 64, k, 1)})
-		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(k, 1, 0.1), Eps: 1e-5, Group: k})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat(typ, 64, k, 1), Bias: backend.NoWeight})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: u, A: xn, W: b.mat(typ, 64, k, 1), Bias: backend.NoWeight})
-		b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: d, A: g, W: b.mat(typ, 64, 64, 1), Bias: backend.NoWeight})
-		b.p.Logits = d
-		return b.p
-	}
-	for _, tc := range []struct {
-		typ      string
-		noOneRow bool
-		one, two []string
-	}{
-		{"Q4_0", false, []string{"embed_f32", "rmsnorm_q8", "matvec13_q4_0", "glu_q8", "matvec1_q4_0"},
-			[]string{"embed_f32", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
-		{"Q8_0", false, []string{"embed_f32", "rmsnorm_q8", "matvec_glu_q8_0", "matvec1_q8_0"},
-			[]string{"embed_f32", "rmsnorm_q8", "matvec_glu_q8_0", "matvec_q8_0"}},
-		{"Q4_0", true, []string{"embed_f32", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"},
-			[]string{"embed_f32", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
-	} {
-		// 2·64 rows of 2,048 (Q4_0) or 4,096 (Q8_0) quant bytes.
-		pl, err := plan(prog(tc.typ), planOptions{sms: 4, noOneRow: tc.noOneRow, oneRowMax: 64 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := kernelsFor(pl, 1); !slices.Equal(got, tc.one) {
-			t.Errorf("%s noOneRow %v: one row runs %v\nwant %v", tc.typ, tc.noOneRow, got, tc.one)
-		}
-		if got := kernelsFor(pl, 2); !slices.Equal(got, tc.two) {
-			t.Errorf("%s noOneRow %v: two rows run %v\nwant %v", tc.typ, tc.noOneRow, got, tc.two)
-		}
-		// The GLU writes its int8 rows apart from its input's, fused or not.
-		q8, ds := scratch(scratchG8), scratch(scratchG8DS)
-		for _, c := range pl.calls {
-			if strings.HasPrefix(c.kernel, "matvec") && c.op == 5 && (c.args[2] != q8 || c.args[3] != ds) {
-				t.Errorf("%s: the down product %s reads %+v, %+v, want the GLU's int8 rows", tc.typ, c.kernel, c.args[2], c.args[3])
-			}
-		}
 	}
 }

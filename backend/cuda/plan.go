@@ -150,9 +150,6 @@ type call struct {
 	// serial launches the kernel without programmatic dependent launch:
 	// it starts once the launch before it has finished (breakChains).
 	serial bool
-	// twinAnySize gives the launch a one-row twin whatever the weight
-	// bytes it reads (oneRowTwin; splitGLU's gate and up products).
-	twinAnySize bool
 }
 
 // matInfo describes a program weight as the device stores it: rows of

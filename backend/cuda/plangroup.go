@@ -181,7 +181,6 @@ func planGLU(p *backend.Program, pl *planned, st *planState, i int, opt planOpti
 	mvCond := mvCondOf(mg, opt)
 	var calls []call
 	var x, ds arg
-	var gluCall call
 	for k := i; k <= i+2; k++ {
 		cs, err := planOp(p, pl, st, &p.Ops[k], opt, backend.BufID(-1))
 		if err != nil {
@@ -196,12 +195,9 @@ func planGLU(p *backend.Program, pl *planned, st *planState, i int, opt planOpti
 			if strings.HasPrefix(c.kernel, "matvec_") {
 				x, ds = c.args[2], c.args[3]
 			}
-			if c.kernel == "glu" {
-				gluCall = c
-				if mvCond == small {
-					c.cond = large
-					calls = append(calls, c)
-				}
+			if c.kernel == "glu" && mvCond == small {
+				c.cond = large
+				calls = append(calls, c)
 			}
 		}
 	}
@@ -224,32 +220,9 @@ func planGLU(p *backend.Program, pl *planned, st *planState, i int, opt planOpti
 		uout = null
 	}
 	groups := (mg.rows + gluRows - 1) / gluRows
-	meta := metaField(-1, p.MaxRows)
-	fused := call{op: i, kernel: "matvec_glu_" + weightTypes[mg.typ], gridX: uint32(min(groups, mvGridPerSM*opt.sms)), gridY: gridOne,
+	calls = append(calls, call{op: i, kernel: "matvec_glu_" + weightTypes[mg.typ], gridX: uint32(min(groups, mvGridPerSM*opt.sms)), gridY: gridOne,
 		block: uint32(32 * gluBlockWarps(groups, opt)), which: which, cond: mvCond,
 		args: []arg{buf(glu.Out), gout, uout, qo, dso, x, ds, weight(gate.W), weight(up.W), i64(mg.rowBytes), i64(int(mg.dOff)),
-			i64(int(pl.mats[up.W].dOff)), meta, i32(which), i32(mg.cols), i32(mg.rows), i32(glu.Act)}}
-	if !splitGLU(p, pl, i, opt) {
-		return append(calls, fused), nil
-	}
-	// A batch of one row: gate and up as one grouped product (its one-row
-	// twin), then the GLU, writing the int8 rows where the fused kernel
-	// would.
-	fused.cond = withoutOne(mvCond)
-	rpb := rowsPerBlock(2*mg.rows, mg.chunks(), opt.sms)
-	group := call{op: i, kernel: "matvec3_" + weightTypes[mg.typ], gridY: gridOne, block: 32 * mvWarps, which: which, cond: mvCond,
-		twinAnySize: true, args: []arg{x, ds, i64(mg.rowBytes), meta, i32(which), i32(mg.cols), i32(rpb),
-			buf(gate.Out), weight(gate.W), i64(int(mg.dOff)), null, i32(mg.rows),
-			buf(up.Out), weight(up.W), i64(int(pl.mats[up.W].dOff)), null, i32(mg.rows),
-			null, null, i64(0), null, i32(0)}}
-	single, ok := oneRowTwin(group, opt)
-	if !ok {
-		return nil, fmt.Errorf("cuda: op %d: no one-row launch for the split GLU", i)
-	}
-	gluCall.op, gluCall.cond = i+2, one
-	if qo != null {
-		gluCall = withQ8(gluCall, "glu_q8", one)
-		gluCall.args[len(gluCall.args)-2], gluCall.args[len(gluCall.args)-1] = qo, dso
-	}
-	return append(calls, fused, single, gluCall), nil
+			i64(int(pl.mats[up.W].dOff)), metaField(-1, p.MaxRows), i32(which), i32(mg.cols), i32(mg.rows), i32(glu.Act)}})
+	return calls, nil
 }
