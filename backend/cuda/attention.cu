@@ -125,11 +125,13 @@ __device__ __forceinline__ void attention_split_t(
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
     float* part, int* count, int S, int kt, int keys) {
     PDL_ATTN;
+    PHASE(0);
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
     int r = blockIdx.y;
     int nrows = meta[0], p = pos[r], slot = slots[r]; // one round trip for the three
     if (r >= nrows) return;
+    PHASE(1);
     int kvh = blockIdx.x / S, s = blockIdx.x % S;
     int G = nheads / nkv, hdp = hd + 4, kvdim = nkv * hd, hd4 = hd >> 2;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -187,6 +189,7 @@ __device__ __forceinline__ void attention_split_t(
             }
         }
         __syncthreads();
+        if (t0 == j0) PHASE(2);
 #pragma unroll
         for (int gi = 0; gi < AS_HPW; gi++) {
             int g = warp + gi * AS_WARPS;
@@ -196,6 +199,9 @@ __device__ __forceinline__ void attention_split_t(
                 const float* qg = Qs + g * hd;
                 const float* kj = Ks + lane * hdp;
                 float d = 0.f;
+                // Unrolled so that the shared-memory loads of 4 steps fly
+                // at once (the sum's order is the loop's).
+#pragma unroll 4
                 for (int c = 0; c < hd; c += 4) {
                     float4 a = *(const float4*)(qg + c), b = *(const float4*)(kj + c);
                     d += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
@@ -207,8 +213,10 @@ __device__ __forceinline__ void attention_split_t(
             float e = lane < nt ? expf(sc - mn) : 0.f;
             l[gi] = l[gi] * corr + warp_sum(e);
             m[gi] = mn;
+            if (t0 == j0 && gi == 0) PHASE(3);
 #pragma unroll
             for (int k = 0; k < AS_ND; k++) acc[gi][k] *= corr;
+#pragma unroll 4
             for (int j = 0; j < nt; j++) {
                 float ej = __shfl_sync(0xffffffffu, e, j);
                 const float* vj = Vs + j * hd;
@@ -221,6 +229,7 @@ __device__ __forceinline__ void attention_split_t(
         }
     }
 
+    PHASE(4);
     // A row that one block covers needs no merge: its output is acc / l,
     // what the merge of one partial computes.
     if (ns == 1) {
@@ -241,6 +250,7 @@ __device__ __forceinline__ void attention_split_t(
                 if (qa) q8_store(v, qa + ob + d, ds + ((ob + d) >> 5), lane);
             }
         }
+        PHASE(5);
         return;
     }
 

@@ -507,6 +507,21 @@ func TestTraceDecode(t *testing.T) {
 	var b strings.Builder
 	writeTrace(&b, ls)
 	t.Logf("%s at position %d, %d blocks:\n%s", filepath.Base(path), steps, len(recs), b.String())
+	ph, err := gpu.tracePhase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last layer's decode attention, block (0, 0): µs from its release
+	// to the meta loads done, the first tile in shared memory, the first
+	// tile's scores and softmax (warp 0), the tiles done, the output
+	// written (a row of one run).
+	line := "attention block 0 phases (µs after release):"
+	for i := 1; i < len(ph); i++ {
+		if ph[i] != 0 && ph[0] != 0 {
+			line += fmt.Sprintf(" %d:%.2f", i, float64(int64(ph[i]-ph[0]))/1000)
+		}
+	}
+	t.Log(line)
 }
 
 // profileSteps is $WEFT_PROFILE_STEPS, or 30.

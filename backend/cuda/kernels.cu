@@ -143,8 +143,15 @@ struct pdl_scope {
     }
 };
 #define PDL_(trigger) pdl_scope pdl_scope_(trigger)
+// PHASE(i): thread 0 of block (0, 0) records %globaltimer as phase i of
+// its kernel in weft_phase (the decode attention's, trace.go).
+__device__ u64 weft_phase[8];
+#define PHASE(i)                                                                          \
+    if (threadIdx.x + threadIdx.y + threadIdx.z + blockIdx.x + blockIdx.y + blockIdx.z == 0) \
+        weft_phase[i] = gtime();
 #else
 #define PDL_(trigger) pdl(trigger)
+#define PHASE(i)
 #endif
 
 // smem_addr is p's address in the shared window, as ldmatrix and cp.async

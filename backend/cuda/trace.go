@@ -31,22 +31,23 @@ const traceCap = 1 << 20
 type tracer struct {
 	buf   uint64   // traceCap records of four words
 	count uint64   // the address of weft_trace_n
+	phase uint64   // the address of weft_phase: kernels.cu's PHASE stamps
 	names []string // the kernels of the last captured graph, in launch order
 }
 
 // newTracer allocates the trace buffer and points the module's weft_trace
 // and weft_trace_cap at it.
 func newTracer(d *driverAPI, module uintptr) (*tracer, error) {
-	var ptr, capAt, count, size uint64
+	var ptr, capAt, count, phase, size uint64
 	for _, g := range []struct {
 		name string
 		at   *uint64
-	}{{"weft_trace", &ptr}, {"weft_trace_cap", &capAt}, {"weft_trace_n", &count}} {
+	}{{"weft_trace", &ptr}, {"weft_trace_cap", &capAt}, {"weft_trace_n", &count}, {"weft_phase", &phase}} {
 		if r := d.cuModuleGetGlobal(g.at, &size, module, g.name); r != 0 {
 			return nil, fmt.Errorf("tracing: the module has no %s (%w)", g.name, d.err(r))
 		}
 	}
-	t := &tracer{count: count}
+	t := &tracer{count: count, phase: phase}
 	if r := d.cuMemAlloc(&t.buf, traceCap*32); r != 0 {
 		return nil, fmt.Errorf("tracing: allocating %d records: %w", traceCap, d.err(r))
 	}
@@ -79,7 +80,35 @@ func (b *Backend) traceReset() error {
 	if r := d.cuMemsetD8(b.trace.count, 0, 4); r != 0 {
 		return fmt.Errorf("cuda: %w", d.err(r))
 	}
+	if r := d.cuMemsetD8(b.trace.phase, 0, 8*tracePhases); r != 0 {
+		return fmt.Errorf("cuda: %w", d.err(r))
+	}
 	return nil
+}
+
+// tracePhases is the length of weft_phase.
+const tracePhases = 8
+
+// tracePhase returns the PHASE stamps (%globaltimer, ns; 0 where none was
+// recorded) of the last block (0, 0) to pass them since traceReset: in
+// this build, the decode attention's (attention.cu).
+func (b *Backend) tracePhase() ([]uint64, error) {
+	if b.trace == nil {
+		return nil, fmt.Errorf("cuda: tracing is off (WEFT_CUDA_TRACE=1 turns it on)")
+	}
+	defer runtime.UnlockOSThread()
+	if err := b.current(); err != nil {
+		return nil, err
+	}
+	d := b.drv
+	if r := d.cuCtxSynchronize(); r != 0 {
+		return nil, fmt.Errorf("cuda: %w", d.err(r))
+	}
+	ph := make([]uint64, tracePhases)
+	if r := d.cuMemcpyDtoH(unsafe.Pointer(&ph[0]), b.trace.phase, 8*tracePhases); r != 0 {
+		return nil, fmt.Errorf("cuda: %w", d.err(r))
+	}
+	return ph, nil
 }
 
 // traceRead waits for the device and returns the records written since
