@@ -124,14 +124,14 @@ __device__ __forceinline__ void attention_split_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
     float* part, int* count, int S, int kt, int keys) {
-    PDL_ATTN;
     PHASE(0);
     extern __shared__ __align__(16) float sms[];
     __shared__ int last;
     int r = blockIdx.y;
+    // The host writes meta, pos and slots before the graph starts, and no
+    // kernel writes them: they are read before the dependency wait.
     int nrows = meta[0], p = pos[r], slot = slots[r]; // one round trip for the three
     if (r >= nrows) return;
-    PHASE(1);
     int kvh = blockIdx.x / S, s = blockIdx.x % S;
     int G = nheads / nkv, hdp = hd + 4, kvdim = nkv * hd, hd4 = hd >> 2;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -147,6 +147,26 @@ __device__ __forceinline__ void attention_split_t(
     int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
     u64 base = (u64)slot * cap * kvdim + (u64)kvh * hd;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
+    // A batch of one row (decode): every key and value of the first tile
+    // but the row's own position was stored by an earlier step, so their
+    // copies start before the dependency wait, while the launches before
+    // this one still run (the first tile's loop copies the rest).
+    int early = 0;
+#if __CUDA_ARCH__ >= 800
+    if constexpr (ASYNC && sizeof(C) == 4) {
+        if (nrows == 1) {
+            early = max(0, min(min(kt, j1 - j0), p - j0));
+            for (int i = tid; i < early * hd4; i += blockDim.x) {
+                int key = i / hd4, c = (i - key * hd4) << 2;
+                u64 at = base + (u64)((j0 + key) % cap) * kvdim + c;
+                cp_async16(smem_addr(&Ks[key * hdp + c]), kc + at, true);
+                cp_async16(smem_addr(&Vs[key * hd + c]), vc + at, true);
+            }
+        }
+    }
+#endif
+    PDL_ATTN;
+    PHASE(1);
 
     float m[AS_HPW], l[AS_HPW], acc[AS_HPW][AS_ND];
 #pragma unroll
@@ -166,7 +186,7 @@ __device__ __forceinline__ void attention_split_t(
         bool copied = false;
 #if __CUDA_ARCH__ >= 800
         if constexpr (ASYNC && sizeof(C) == 4) {
-            for (int i = tid; i < nt * hd4; i += blockDim.x) {
+            for (int i = (t0 == j0 ? early * hd4 : 0) + tid; i < nt * hd4; i += blockDim.x) {
                 int key = i / hd4, c = (i - key * hd4) << 2;
                 u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
                 cp_async16(smem_addr(&Ks[key * hdp + c]), kc + at, true);

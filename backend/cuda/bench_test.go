@@ -511,11 +511,11 @@ func TestTraceDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The last layer's decode attention, block (0, 0): µs from its release
-	// to the meta loads done, the first tile in shared memory, the first
-	// tile's scores and softmax (warp 0), the tiles done, the output
-	// written (a row of one run).
-	line := "attention block 0 phases (µs after release):"
+	// The last layer's decode attention, block (0, 0): µs from its start
+	// to its release (the first tile's early copies issued), the first
+	// tile in shared memory, the first tile's scores and softmax (warp 0),
+	// the tiles done, the output written (a row of one run).
+	line := "attention block 0 phases (µs after its start):"
 	for i := 1; i < len(ph); i++ {
 		if ph[i] != 0 && ph[0] != 0 {
 			line += fmt.Sprintf(" %d:%.2f", i, float64(int64(ph[i]-ph[0]))/1000)
