@@ -78,33 +78,22 @@ __device__ __forceinline__ void pdl(bool trigger) {
 // comparisons (WEFT_CUDA_LATE=all,glu,mv,attn defines WEFT_LATE_*; nvrtc.go):
 // PDL_GLU opens the GLU kernels, PDL_MV the other products, PDL_ATTN the
 // decode attention, PDL the rest.
-#ifdef WEFT_LATE_ALL
-#define WEFT_LATE_GLU
-#define WEFT_LATE_MV
-#define WEFT_LATE_ATTN
-#define TRIGGER_ANY false
-#else
-#define TRIGGER_ANY true
+#ifndef WEFT_LATE_ALL
+#define WEFT_LATE_ALL 0
 #endif
-#ifdef WEFT_LATE_GLU
-#define TRIGGER_GLU false
-#else
-#define TRIGGER_GLU true
+#ifndef WEFT_LATE_GLU
+#define WEFT_LATE_GLU 0
 #endif
-#ifdef WEFT_LATE_MV
-#define TRIGGER_MV false
-#else
-#define TRIGGER_MV true
+#ifndef WEFT_LATE_MV
+#define WEFT_LATE_MV 0
 #endif
-#ifdef WEFT_LATE_ATTN
-#define TRIGGER_ATTN false
-#else
-#define TRIGGER_ATTN true
+#ifndef WEFT_LATE_ATTN
+#define WEFT_LATE_ATTN 0
 #endif
-#define PDL PDL_(TRIGGER_ANY)
-#define PDL_GLU PDL_(TRIGGER_GLU)
-#define PDL_MV PDL_(TRIGGER_MV)
-#define PDL_ATTN PDL_(TRIGGER_ATTN)
+#define PDL PDL_(!WEFT_LATE_ALL)
+#define PDL_GLU PDL_(!(WEFT_LATE_ALL || WEFT_LATE_GLU))
+#define PDL_MV PDL_(!(WEFT_LATE_ALL || WEFT_LATE_MV))
+#define PDL_ATTN PDL_(!(WEFT_LATE_ALL || WEFT_LATE_ATTN))
 
 // Block tracing, a measuring aid (WEFT_CUDA_TRACE=1 compiles the module
 // with WEFT_TRACE; trace.go): thread 0 of every block writes one record of
