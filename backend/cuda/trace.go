@@ -63,19 +63,29 @@ func newTracer(d *driverAPI, module uintptr) (*tracer, error) {
 	return t, nil
 }
 
-// traceReset empties the trace: the blocks of launches after it record
-// from the start of the buffer.
-func (b *Backend) traceReset() error {
+// traceSync makes the context current (the caller unlocks its OS
+// thread) and waits for the device, where tracing is on.
+func (b *Backend) traceSync() (*driverAPI, error) {
 	if b.trace == nil {
-		return fmt.Errorf("cuda: tracing is off (WEFT_CUDA_TRACE=1 turns it on)")
+		return nil, fmt.Errorf("cuda: tracing is off (WEFT_CUDA_TRACE=1 turns it on)")
 	}
-	defer runtime.UnlockOSThread()
 	if err := b.current(); err != nil {
-		return err
+		return nil, err
 	}
 	d := b.drv
 	if r := d.cuCtxSynchronize(); r != 0 {
-		return fmt.Errorf("cuda: %w", d.err(r))
+		return nil, fmt.Errorf("cuda: %w", d.err(r))
+	}
+	return d, nil
+}
+
+// traceReset empties the trace: the blocks of launches after it record
+// from the start of the buffer.
+func (b *Backend) traceReset() error {
+	defer runtime.UnlockOSThread()
+	d, err := b.traceSync()
+	if err != nil {
+		return err
 	}
 	if r := d.cuMemsetD8(b.trace.count, 0, 4); r != 0 {
 		return fmt.Errorf("cuda: %w", d.err(r))
@@ -93,16 +103,10 @@ const tracePhases = 8
 // recorded) of the last block (0, 0) to pass them since traceReset: in
 // this build, the decode attention's (attention.cu).
 func (b *Backend) tracePhase() ([]uint64, error) {
-	if b.trace == nil {
-		return nil, fmt.Errorf("cuda: tracing is off (WEFT_CUDA_TRACE=1 turns it on)")
-	}
 	defer runtime.UnlockOSThread()
-	if err := b.current(); err != nil {
+	d, err := b.traceSync()
+	if err != nil {
 		return nil, err
-	}
-	d := b.drv
-	if r := d.cuCtxSynchronize(); r != 0 {
-		return nil, fmt.Errorf("cuda: %w", d.err(r))
 	}
 	ph := make([]uint64, tracePhases)
 	if r := d.cuMemcpyDtoH(unsafe.Pointer(&ph[0]), b.trace.phase, 8*tracePhases); r != 0 {
@@ -114,16 +118,10 @@ func (b *Backend) tracePhase() ([]uint64, error) {
 // traceRead waits for the device and returns the records written since
 // traceReset, and the kernels of the last captured graph in launch order.
 func (b *Backend) traceRead() ([]traceRecord, []string, error) {
-	if b.trace == nil {
-		return nil, nil, fmt.Errorf("cuda: tracing is off (WEFT_CUDA_TRACE=1 turns it on)")
-	}
 	defer runtime.UnlockOSThread()
-	if err := b.current(); err != nil {
+	d, err := b.traceSync()
+	if err != nil {
 		return nil, nil, err
-	}
-	d := b.drv
-	if r := d.cuCtxSynchronize(); r != 0 {
-		return nil, nil, fmt.Errorf("cuda: %w", d.err(r))
 	}
 	var n uint32
 	if r := d.cuMemcpyDtoH(unsafe.Pointer(&n), b.trace.count, 4); r != 0 {
