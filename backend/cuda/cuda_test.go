@@ -22,7 +22,7 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 	}
 	for _, name := range kernelNames() {
 		// ") name(" follows __launch_bounds__(...).
-		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
+		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC_GLU(" + name + ",", "MATVEC1_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
 			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
@@ -577,7 +577,7 @@ func TestGeometryMatchesSource(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]int{
-		"MV_WARPS": mvWarps, "GLU_ROWS": gluRows, "GLU_WARPS": gluWarps, "MVR": smallRows, "MAXD": maxHeadDim,
+		"MV_WARPS": mvWarps, "GLU_ROWS": gluRows, "GLU_WARPS": gluWarps, "GLU1_WARPS": gluTwinMaxWarps, "MVR": smallRows, "MAXD": maxHeadDim,
 		"AT_ROWS": attTileRows, "AT_KT": attTileKeys, "AT_WARPS": attTileWarps, "AS_WARPS": attSplitWarps,
 		"AS_MAXS": attSplitMax, "MQ_W": mmqWeightRows, "DRAW_THREADS": drawThreads,
 	} {

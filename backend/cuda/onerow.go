@@ -111,7 +111,9 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		t.kernel, t.args[6] = "matvec13_"+typ, i32(rpb)
 		t.gridX = uint32(min(groups, grid*opt.sms))
 	case "matvec_glu":
+		// ..., N (15)
 		t.kernel = "matvec1_glu_" + typ
+		t.block = uint32(32 * gluTwinWarps((int(c.args[15].v)+gluRows-1)/gluRows, opt))
 	default:
 		return call{}, false
 	}
@@ -193,3 +195,33 @@ func breakChains(pl *planned) {
 		}
 	}
 }
+
+// gluTwinWarps is the warps of a one-row GLU block (matvec1_glu_*) for a
+// weight of groups groups of gluRows rows: the most, up to gluTwinMaxWarps,
+// with which every block is resident at once. The kernels fit in 64
+// registers, so a multiprocessor holds 32 of their warps: the 8B shape's
+// GLU (448 groups on 132 multiprocessors) gets blocks of 8 warps, the 1B
+// shape's (256) of 16, where matvec_glu's blocks of 4 and 8 warps at up to
+// 128 registers left 13.6 and 15.5 warps a multiprocessor. A forced
+// count (WEFT_CUDA_GLU1_WARPS, for comparisons) is rounded down to a power
+// of two.
+func gluTwinWarps(groups int, opt planOptions) int {
+	limit := gluTwinMaxWarps
+	if opt.glu1Warps > 0 {
+		limit = min(opt.glu1Warps, gluTwinMaxWarps)
+	}
+	w := 1
+	for w*2 <= limit {
+		w *= 2
+	}
+	if opt.glu1Warps > 0 {
+		return w
+	}
+	for w > 1 && groups > max(opt.sms, 1)*(32/w) {
+		w /= 2
+	}
+	return w
+}
+
+// gluTwinMaxWarps is matvec.cu's GLU1_WARPS.
+const gluTwinMaxWarps = 16

@@ -163,3 +163,32 @@ func TestEnvSettings(t *testing.T) {
 		t.Errorf("an empty WEFT_CUDA_OMIT dropped calls")
 	}
 }
+
+// TestGLUTwinWarps checks the one-row GLU blocks' warps: the most (up to
+// 16) with which every block is resident at 32 warps a multiprocessor,
+// or the forced count rounded down to a power of two.
+func TestGLUTwinWarps(t *testing.T) {
+	for _, tc := range []struct{ groups, sms, force, want int }{
+		{448, 132, 0, 8},   // the 8B shape's GLU
+		{256, 132, 0, 16},  // the 1B shape's
+		{264, 132, 0, 16},  // two blocks of 16 warps on each
+		{265, 132, 0, 8},   //
+		{896, 132, 0, 4},   // 28,672 rows
+		{5000, 132, 0, 1},  // more groups than one wave holds at any size
+		{10, 4, 0, 8},      //
+		{448, 132, 4, 4},   // WEFT_CUDA_GLU1_WARPS=4
+		{448, 132, 12, 8},  //
+		{448, 132, 64, 16}, // never more than GLU1_WARPS
+	} {
+		if got := gluTwinWarps(tc.groups, planOptions{sms: tc.sms, glu1Warps: tc.force}); got != tc.want {
+			t.Errorf("%d groups on %d multiprocessors (forced %d): %d warps, want %d", tc.groups, tc.sms, tc.force, got, tc.want)
+		}
+	}
+	// The twin of the 8B shape's Q8_0 GLU (out, gout, uout, qo, dso, x, ds,
+	// wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act).
+	c := call{kernel: "matvec_glu_q8_0", cond: small, block: 128, args: []arg{null, null, null, null, null, null, null, null, null,
+		i64(4096), i64(0), i64(0), null, i32(0), i32(4096), i32(14336), i32(0)}}
+	if tw, ok := oneRowTwin(c, planOptions{sms: 132}); !ok || tw.kernel != "matvec1_glu_q8_0" || tw.block != 256 || c.block != 128 {
+		t.Errorf("twin %v %s of %d threads (the launch's %d), want matvec1_glu_q8_0 of 256", ok, tw.kernel, tw.block, c.block)
+	}
+}
