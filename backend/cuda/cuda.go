@@ -70,7 +70,7 @@ func kernelNames() []string {
 			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix)
 		}
 		if _, ok := oneRowTypes[suffix]; ok {
-			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix)
+			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
 		}
 		if suffix != "f32" && suffix != "f16" {
 			names = append(names, "deq_f16_"+suffix)

@@ -308,10 +308,11 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
 // together.
 #define GLU_ROWS 32
 #define GLU_WARPS 8
-// The one-row GLU kernels (matvec1_glu_*) take blocks of up to GLU1_WARPS
-// warps and fit in 64 registers, so that 32 warps a multiprocessor can
-// run (the plan sizes their blocks to the weight, oneRowTwin).
-#define GLU1_WARPS 16
+// The wide one-row GLU kernels (matvec1w_glu_*) take blocks of up to
+// GLU1_WARPS warps and fit in 64 registers, so that 32 warps a
+// multiprocessor can run (the plan sizes their blocks to the weight,
+// gluTwin).
+#define GLU1_WARPS 8
 
 // glu_pass: M activation rows against the gate and up rows of group g,
 // then the block's GLU_ROWS results through shared memory, so that each
@@ -460,8 +461,13 @@ MATVEC_GLU(matvec_glu_bf16, W_BF16, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_q8_0, W_Q8_0, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_q4_0, W_Q4_0, MVR, MV_BATCH)
 // The one-row GLU kernels already keep 2·MV_BATCH loads in flight a lane.
+MATVEC_GLU(matvec1_glu_f32, W_F32, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_f16, W_F16, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_q8_0, W_Q8_0, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH)
 #define MATVEC1_GLU(name, T)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(32 * GLU1_WARPS, 2)                                               \
+    extern "C" __global__ void __launch_bounds__(32 * GLU1_WARPS, 4)                                               \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \
@@ -469,11 +475,11 @@ MATVEC_GLU(matvec_glu_q4_0, W_Q4_0, MVR, MV_BATCH)
         matvec_glu<T, 1, MV_BATCH>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, \
                                    act);                                                                           \
     }
-MATVEC1_GLU(matvec1_glu_f32, W_F32)
-MATVEC1_GLU(matvec1_glu_f16, W_F16)
-MATVEC1_GLU(matvec1_glu_bf16, W_BF16)
-MATVEC1_GLU(matvec1_glu_q8_0, W_Q8_0)
-MATVEC1_GLU(matvec1_glu_q4_0, W_Q4_0)
+MATVEC1_GLU(matvec1w_glu_f32, W_F32)
+MATVEC1_GLU(matvec1w_glu_f16, W_F16)
+MATVEC1_GLU(matvec1w_glu_bf16, W_BF16)
+MATVEC1_GLU(matvec1w_glu_q8_0, W_Q8_0)
+MATVEC1_GLU(matvec1w_glu_q4_0, W_Q4_0)
 
 // The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
 // activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),

@@ -113,7 +113,9 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 	case "matvec_glu":
 		// ..., N (15)
 		t.kernel = "matvec1_glu_" + typ
-		t.block = uint32(32 * gluTwinWarps((int(c.args[15].v)+gluRows-1)/gluRows, opt))
+		if w, wide := gluTwin((int(c.args[15].v)+gluRows-1)/gluRows, opt); wide {
+			t.kernel, t.block = "matvec1w_glu_"+typ, uint32(32*w)
+		}
 	default:
 		return call{}, false
 	}
@@ -196,16 +198,25 @@ func breakChains(pl *planned) {
 	}
 }
 
-// gluTwinWarps is the warps of a one-row GLU block (matvec1_glu_*) for a
-// weight of groups groups of gluRows rows: the most, up to gluTwinMaxWarps,
-// with which every block is resident at once. The kernels fit in 64
-// registers, so a multiprocessor holds 32 of their warps: the 8B shape's
-// GLU (448 groups on 132 multiprocessors) gets blocks of 8 warps, the 1B
-// shape's (256) of 16, where matvec_glu's blocks of 4 and 8 warps at up to
-// 128 registers left 13.6 and 15.5 warps a multiprocessor. A forced
-// count (WEFT_CUDA_GLU1_WARPS, for comparisons) is rounded down to a power
-// of two.
-func gluTwinWarps(groups int, opt planOptions) int {
+// gluTwin says whether a one-row GLU launch over groups groups of gluRows
+// rows takes the wide kernel (matvec1w_glu_*), and with how many warps a
+// block. matvec_glu's blocks of gluWarps warps are all resident up to two
+// a multiprocessor; past that they had half the warps, and the 8B shape's
+// GLU (448 groups on 132 multiprocessors) ran 13.6 warps a
+// multiprocessor. The wide kernels fit in 64 registers, so 32 of their
+// warps fit on one: they take the most warps, up to gluTwinMaxWarps, with
+// which every block is resident. Same-run A/B on an H100, tg128: 8B Q4_0
+// 390.1 / 393.1 tok/s against 375.0 / 374.1, Q8_0 260.7 / 260.1 against
+// 252.9 / 253.5 (blocks of 4 warps at 64 registers: 365.4, 250.9). The 1B
+// shape (256 groups) keeps matvec_glu's geometry: blocks of 16 warps
+// lost 7 % on Q4_0. A forced count (WEFT_CUDA_GLU1_WARPS, for
+// comparisons) takes the wide kernel with that many warps, rounded down
+// to a power of two.
+func gluTwin(groups int, opt planOptions) (warps int, wide bool) {
+	sms := max(opt.sms, 1)
+	if opt.glu1Warps <= 0 && groups <= 2*sms {
+		return 0, false
+	}
 	limit := gluTwinMaxWarps
 	if opt.glu1Warps > 0 {
 		limit = min(opt.glu1Warps, gluTwinMaxWarps)
@@ -214,14 +225,11 @@ func gluTwinWarps(groups int, opt planOptions) int {
 	for w*2 <= limit {
 		w *= 2
 	}
-	if opt.glu1Warps > 0 {
-		return w
-	}
-	for w > 1 && groups > max(opt.sms, 1)*(32/w) {
+	for opt.glu1Warps <= 0 && w > 1 && groups > sms*(32/w) {
 		w /= 2
 	}
-	return w
+	return w, true
 }
 
 // gluTwinMaxWarps is matvec.cu's GLU1_WARPS.
-const gluTwinMaxWarps = 16
+const gluTwinMaxWarps = 8

@@ -48,9 +48,9 @@ func TestOneRowTwin(t *testing.T) {
 		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 768},    // 6 MiB
 		{mv3("q8_0", 4096, 4096, 1024, 1024), "matvec13_q8_0", 4, 1056}, // the 8B q, k and v, 24 MiB
 		{glu("f16", 2048, 8192), "matvec1_glu_f16", -1, 0},
-		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0},  // 12 MiB of gate and up rows
-		{glu("q8_0", 8192, 512), "matvec1_glu_q8_0", -1, 0},   // 8 MiB: N rows, not K
-		{glu("q8_0", 4096, 14336), "matvec1_glu_q8_0", -1, 0}, // the 8B GLU, 112 MiB
+		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0},   // 12 MiB of gate and up rows
+		{glu("q8_0", 8192, 512), "matvec1_glu_q8_0", -1, 0},    // 8 MiB: N rows, not K
+		{glu("q8_0", 4096, 14336), "matvec1w_glu_q8_0", -1, 0}, // the 8B GLU, 112 MiB: the wide kernel
 	} {
 		got, ok := oneRowTwin(tc.c, opt)
 		if !ok || got.kernel != tc.kernel || got.cond != one {
@@ -164,31 +164,43 @@ func TestEnvSettings(t *testing.T) {
 	}
 }
 
-// TestGLUTwinWarps checks the one-row GLU blocks' warps: the most (up to
-// 16) with which every block is resident at 32 warps a multiprocessor,
-// or the forced count rounded down to a power of two.
-func TestGLUTwinWarps(t *testing.T) {
-	for _, tc := range []struct{ groups, sms, force, want int }{
-		{448, 132, 0, 8},   // the 8B shape's GLU
-		{256, 132, 0, 16},  // the 1B shape's
-		{264, 132, 0, 16},  // two blocks of 16 warps on each
-		{265, 132, 0, 8},   //
-		{896, 132, 0, 4},   // 28,672 rows
-		{5000, 132, 0, 1},  // more groups than one wave holds at any size
-		{10, 4, 0, 8},      //
-		{448, 132, 4, 4},   // WEFT_CUDA_GLU1_WARPS=4
-		{448, 132, 12, 8},  //
-		{448, 132, 64, 16}, // never more than GLU1_WARPS
+// TestGLUTwin checks the one-row GLU launches: matvec_glu's geometry
+// where its blocks are all resident, else the wide kernel with the most
+// warps (up to 8) with which every block is resident at 32 warps a
+// multiprocessor, or the forced count rounded down to a power of two.
+func TestGLUTwin(t *testing.T) {
+	for _, tc := range []struct {
+		groups, sms, force, want int
+		wide                     bool
+	}{
+		{448, 132, 0, 8, true},  // the 8B shape's GLU
+		{256, 132, 0, 0, false}, // the 1B shape's
+		{264, 132, 0, 0, false}, // two blocks of 8 warps on each
+		{265, 132, 0, 8, true},  //
+		{896, 132, 0, 4, true},  // 28,672 rows
+		{5000, 132, 0, 1, true}, // more groups than one wave holds at any size
+		{10, 4, 0, 8, true},     //
+		{448, 132, 4, 4, true},  // WEFT_CUDA_GLU1_WARPS=4
+		{256, 132, 2, 2, true},  //
+		{448, 132, 12, 8, true}, //
+		{448, 132, 64, 8, true}, // never more than GLU1_WARPS
 	} {
-		if got := gluTwinWarps(tc.groups, planOptions{sms: tc.sms, glu1Warps: tc.force}); got != tc.want {
-			t.Errorf("%d groups on %d multiprocessors (forced %d): %d warps, want %d", tc.groups, tc.sms, tc.force, got, tc.want)
+		w, wide := gluTwin(tc.groups, planOptions{sms: tc.sms, glu1Warps: tc.force})
+		if w != tc.want || wide != tc.wide {
+			t.Errorf("%d groups on %d multiprocessors (forced %d): %d warps, wide %v; want %d, %v", tc.groups, tc.sms, tc.force, w, wide, tc.want, tc.wide)
 		}
 	}
-	// The twin of the 8B shape's Q8_0 GLU (out, gout, uout, qo, dso, x, ds,
-	// wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act).
-	c := call{kernel: "matvec_glu_q8_0", cond: small, block: 128, args: []arg{null, null, null, null, null, null, null, null, null,
-		i64(4096), i64(0), i64(0), null, i32(0), i32(4096), i32(14336), i32(0)}}
-	if tw, ok := oneRowTwin(c, planOptions{sms: 132}); !ok || tw.kernel != "matvec1_glu_q8_0" || tw.block != 256 || c.block != 128 {
-		t.Errorf("twin %v %s of %d threads (the launch's %d), want matvec1_glu_q8_0 of 256", ok, tw.kernel, tw.block, c.block)
+	// The twins of the 8B and 1B shapes' Q8_0 GLU (out, gout, uout, qo,
+	// dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act).
+	for _, tc := range []struct {
+		n      int
+		kernel string
+		block  uint32
+	}{{14336, "matvec1w_glu_q8_0", 256}, {8192, "matvec1_glu_q8_0", 128}} {
+		c := call{kernel: "matvec_glu_q8_0", cond: small, block: 128, args: []arg{null, null, null, null, null, null, null, null, null,
+			i64(4096), i64(0), i64(0), null, i32(0), i32(4096), i32(tc.n), i32(0)}}
+		if tw, ok := oneRowTwin(c, planOptions{sms: 132}); !ok || tw.kernel != tc.kernel || tw.block != tc.block || c.block != 128 {
+			t.Errorf("N %d: twin %v %s of %d threads (the launch's %d), want %s of %d", tc.n, ok, tw.kernel, tw.block, c.block, tc.kernel, tc.block)
+		}
 	}
 }

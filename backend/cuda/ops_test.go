@@ -404,8 +404,8 @@ func TestOpsAgainstCPU(t *testing.T) {
 					run(t, tc.tol)
 				})
 			}
-			// The one-row GLU blocks' warps (16 by default at these sizes).
-			for _, w := range []string{"4", "1"} {
+			// The wide one-row GLU kernel (the 8B shape's) at 8 and 2 warps.
+			for _, w := range []string{"8", "2"} {
 				t.Run("glu1-"+w+"/"+tc.name, func(t *testing.T) {
 					t.Setenv("WEFT_CUDA_GLU1_WARPS", w)
 					run(t, tc.tol)
