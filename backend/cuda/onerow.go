@@ -10,7 +10,7 @@ import (
 // registers of their widest pass. oneRow gives matrix-vector launches of
 // small batches (F32, F16, BF16, Q8_0 and Q4_0 weights) a twin for
 // batches of one row: the kernel compiled for one row (matvec1_*,
-// matvec13_*, matvec1_glu_*). The float twins keep MV_BATCH1 loads in
+// matvec13_*, matvec1_glu_* or matvec1w_glu_*). The float twins keep MV_BATCH1 loads in
 // flight a lane, half a warp a row where the launch still fills the
 // device (BF16 tg128 566 → 640 tok/s on the 1B shape when they came); the
 // quantized twins keep MV_BATCH and rowsPerBlock's rows (8 loads were
@@ -138,10 +138,15 @@ const (
 	oneRowMaxBytes = 16 << 20
 )
 
+// gluTwinKernel reports whether kernel is a one-row GLU kernel.
+func gluTwinKernel(kernel string) bool {
+	return strings.HasPrefix(kernel, "matvec1_glu_") || strings.HasPrefix(kernel, "matvec1w_glu_")
+}
+
 // launchCols is the columns of the weight rows a matrix-vector launch reads.
 func launchCols(c call) int {
 	switch {
-	case strings.HasPrefix(c.kernel, "matvec1_glu_"):
+	case gluTwinKernel(c.kernel):
 		return int(c.args[14].v)
 	case strings.HasPrefix(c.kernel, "matvec13_"):
 		return int(c.args[5].v)
@@ -153,7 +158,7 @@ func launchCols(c call) int {
 // Q8_0 and Q4_0 the quants, 6 and 11 % less than with their scales).
 func launchWeightBytes(c call) int64 {
 	switch {
-	case strings.HasPrefix(c.kernel, "matvec1_glu_"):
+	case gluTwinKernel(c.kernel):
 		// ..., rowBytes (9), ..., N (15)
 		return 2 * c.args[9].v * c.args[15].v
 	case strings.HasPrefix(c.kernel, "matvec13_"):
