@@ -403,6 +403,14 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
 // registers: the float types' keep MV_BATCH1 loads in flight a lane, the
 // quantized types' MV_BATCH (8 were slower).
 #define MV_BATCH1 8
+// The quantized types' one-row kernels: loads in flight a lane for matvec1_*
+// and matvec13_* (WEFT_CUDA_DEFINES may set them, for comparisons).
+#ifndef MV1Q_BATCH
+#define MV1Q_BATCH MV_BATCH
+#endif
+#ifndef MV13Q_BATCH
+#define MV13Q_BATCH MV_BATCH
+#endif
 #define MATVEC(name, T, MAXM, B)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
@@ -417,8 +425,8 @@ MATVEC(matvec_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC(matvec1_f32, W_F32, 1, MV_BATCH1)
 MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
 MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
-MATVEC(matvec1_q8_0, W_Q8_0, 1, MV_BATCH)
-MATVEC(matvec1_q4_0, W_Q4_0, 1, MV_BATCH)
+MATVEC(matvec1_q8_0, W_Q8_0, 1, MV1Q_BATCH)
+MATVEC(matvec1_q4_0, W_Q4_0, 1, MV1Q_BATCH)
 
 // The grouped and GLU kernels have more code paths than matvec; their
 // register count is held at 128, where mvGridPerSM blocks of MV_WARPS
@@ -444,8 +452,8 @@ MATVEC3(matvec3_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC3(matvec13_f32, W_F32, 1, MV_BATCH1)
 MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
 MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
-MATVEC3(matvec13_q8_0, W_Q8_0, 1, MV_BATCH)
-MATVEC3(matvec13_q4_0, W_Q4_0, 1, MV_BATCH)
+MATVEC3(matvec13_q8_0, W_Q8_0, 1, MV13Q_BATCH)
+MATVEC3(matvec13_q4_0, W_Q4_0, 1, MV13Q_BATCH)
 
 #define MATVEC_GLU(name, T, MAXM, B)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * GLU_WARPS, MV_BLOCKS_PER_SM * MV_WARPS / GLU_WARPS)          \

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -155,8 +156,29 @@ func compileOptions() []string {
 			opts = append(opts, "-DWEFT_LATE_"+strings.ToUpper(c))
 		}
 	}
+	return append(opts, envDefines(os.Getenv("WEFT_CUDA_DEFINES"))...)
+}
+
+// envDefines turns WEFT_CUDA_DEFINES (NAME=VALUE or NAME, comma-separated)
+// into -D options, for comparisons of the kernels' tunables (such as
+// matvec.cu's MV1Q_BATCH); an entry that is not an upper-case macro name
+// with an optional word for its value is ignored.
+func envDefines(s string) []string {
+	var opts []string
+	for d := range strings.SplitSeq(s, ",") {
+		name, value, _ := strings.Cut(d, "=")
+		if !macroName.MatchString(name) || !macroValue.MatchString(value) {
+			continue
+		}
+		opts = append(opts, "-D"+d)
+	}
 	return opts
 }
+
+var (
+	macroName  = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	macroValue = regexp.MustCompile(`^[A-Za-z0-9_.]*$`)
+)
 
 // cacheKey names a compiled module: it changes with the source, the
 // options, the target and the driver and NVRTC versions.

@@ -205,3 +205,25 @@ func TestGLUTwin(t *testing.T) {
 		}
 	}
 }
+
+// TestTwinRPB checks that WEFT_CUDA_TWIN_RPB's rows a block replace
+// rowsPerBlock's for the quantized twins only, and only where the kernel
+// takes them.
+func TestTwinRPB(t *testing.T) {
+	mv := func(typ string, rowBytes int) call {
+		return call{kernel: "matvec_" + typ, cond: small, args: []arg{null, null, null, null, null, i64(rowBytes), i64(0), null,
+			null, i32(0), i32(4096), i32(4096), i32(4)}}
+	}
+	for _, tc := range []struct {
+		c         call
+		rpb, want int
+	}{
+		{mv("q8_0", 4096), 0, 4}, {mv("q8_0", 4096), 2, 2}, {mv("q4_0", 2048), 8, 8}, {mv("q4_0", 2048), 1, 1},
+		{mv("q8_0", 4096), 3, 4}, {mv("bf16", 8192), 2, 8},
+	} {
+		got, ok := oneRowTwin(tc.c, planOptions{sms: 132, twinRPB: tc.rpb, oneRowMax: 64 << 20})
+		if !ok || got.args[12] != i32(tc.want) {
+			t.Errorf("%s, WEFT_CUDA_TWIN_RPB=%d: twin %v, rows a block %+v, want %d", tc.c.kernel, tc.rpb, ok, got.args[12], tc.want)
+		}
+	}
+}
