@@ -88,7 +88,11 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		rowsPer, grid = rowsPerBlock, oneRowQuantGrid
 	}
 	grid = cmp.Or(opt.twinGrid, grid)
-	if r := opt.twinRPB; ty.quant && (r == 1 || r == 2 || r == 4 || r == 8) {
+	r := opt.twinRPB
+	if kind == "matvec3" && opt.twin13RPB != 0 {
+		r = opt.twin13RPB
+	}
+	if ty.quant && (r == 1 || r == 2 || r == 4 || r == 8) {
 		rowsPer = func(int, int, int) int { return r }
 	}
 	chunks := ty.chunks

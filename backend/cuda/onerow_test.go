@@ -208,8 +208,21 @@ func TestGLUTwin(t *testing.T) {
 
 // TestTwinRPB checks that WEFT_CUDA_TWIN_RPB's rows a block replace
 // rowsPerBlock's for the quantized twins only, and only where the kernel
-// takes them.
+// takes them, and that WEFT_CUDA_TWIN13_RPB's replace them for the
+// grouped twins alone.
 func TestTwinRPB(t *testing.T) {
+	mv3 := call{kernel: "matvec3_q8_0", cond: always, args: []arg{null, null, i64(4096), null, i32(0), i32(4096), i32(4),
+		null, null, i64(0), null, i32(4096), null, null, i64(0), null, i32(1024), null, null, i64(0), null, i32(1024)}}
+	for _, tc := range []struct{ all, grouped, want int }{{0, 0, 4}, {0, 2, 2}, {8, 0, 8}, {8, 2, 2}, {0, 5, 4}} {
+		got, ok := oneRowTwin(mv3, planOptions{sms: 132, twinRPB: tc.all, twin13RPB: tc.grouped})
+		if !ok || got.args[6] != i32(tc.want) {
+			t.Errorf("matvec3_q8_0, WEFT_CUDA_TWIN_RPB=%d, WEFT_CUDA_TWIN13_RPB=%d: twin %v, rows a block %+v, want %d", tc.all, tc.grouped, ok, got.args[6], tc.want)
+		}
+	}
+	if got, _ := oneRowTwin(call{kernel: "matvec_q8_0", cond: small, args: []arg{null, null, null, null, null, i64(4096), i64(0), null,
+		null, i32(0), i32(4096), i32(4096), i32(4)}}, planOptions{sms: 132, twin13RPB: 2}); got.args[12] != i32(4) {
+		t.Errorf("WEFT_CUDA_TWIN13_RPB=2 set matvec1's rows a block: %+v", got.args[12])
+	}
 	mv := func(typ string, rowBytes int) call {
 		return call{kernel: "matvec_" + typ, cond: small, args: []arg{null, null, null, null, null, i64(rowBytes), i64(0), null,
 			null, i32(0), i32(4096), i32(4096), i32(4)}}

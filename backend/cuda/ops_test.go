@@ -397,6 +397,16 @@ func TestOpsAgainstCPU(t *testing.T) {
 				run(t, tc.tol)
 			})
 		}
+		// The quantized one-row twins at other rows a block (grouped
+		// products alone, then all).
+		if strings.HasPrefix(tc.name, "fused-group/Q") {
+			for _, e := range [][2]string{{"WEFT_CUDA_TWIN13_RPB", "2"}, {"WEFT_CUDA_TWIN_RPB", "1"}} {
+				t.Run("rpb"+e[1]+"/"+tc.name, func(t *testing.T) {
+					t.Setenv(e[0], e[1])
+					run(t, tc.tol)
+				})
+			}
+		}
 		if strings.HasPrefix(tc.name, "fused-glu/") {
 			for _, w := range []string{"4", "2"} {
 				t.Run("glu"+w+"/"+tc.name, func(t *testing.T) {
