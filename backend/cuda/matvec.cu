@@ -60,6 +60,13 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 // lane keeps MV_BATCH 16-byte loads in flight.
 #define MV_BATCH 4
 
+// MVQ_XPRE (0 or 1; WEFT_CUDA_DEFINES, for comparisons): one-row
+// quantized products load each chunk's activations and scale with its
+// weights, rather than as the chunk is summed.
+#ifndef MVQ_XPRE
+#define MVQ_XPRE 0
+#endif
+
 // mvq_dot: this thread's part of M rows of int8 activations against NW
 // Q8_0 or Q4_0 rows of one shape (a gate and an up row: NW = 2), B chunks
 // of each in flight. A chunk is 16 bytes of quants: a whole block (Q4_0;
@@ -74,19 +81,30 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
 #pragma unroll
         for (int k = 0; k < M; k++) acc[w][k] = 0.f;
     int nb = K >> 5, nc = T == W_Q4_0 ? nb : K >> 4;
+    constexpr bool pre = MVQ_XPRE && M == 1 && NW == 1;
+    constexpr int XB = pre ? B : 1;
     if (live) {
         for (int c0 = sub; c0 < nc; c0 += B * nsub) {
             uint4 q[NW][B];
             float dw[NW][B];
+            int4 xp[XB][T == W_Q4_0 ? 2 : 1];
+            float dp[XB];
 #pragma unroll
             for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
-                if (c < nc)
+                if (c < nc) {
 #pragma unroll
                     for (int w = 0; w < NW; w++) {
                         q[w][u] = ldw(row[w] + (u64)c * 16);
                         dw[w][u] = h2f(d[w][T == W_Q4_0 ? c : c >> 1]);
                     }
+                    if constexpr (pre) {
+                        const int4* x = (const int4*)(qa + (u64)r0 * K + (u64)c * (T == W_Q4_0 ? 32 : 16));
+                        xp[u][0] = x[0];
+                        if constexpr (T == W_Q4_0) xp[u][T == W_Q4_0 ? 1 : 0] = x[1];
+                        dp[u] = ds[(u64)r0 * nb + (T == W_Q4_0 ? c : c >> 1)].x;
+                    }
+                }
             }
 #pragma unroll
             for (int u = 0; u < B; u++) {
@@ -100,8 +118,13 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
 #pragma unroll
                     for (int k = 0; k < M; k++) {
                         const int4* x = (const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 32);
-                        int4 x0 = x[0], x1 = x[1];
-                        float da = ds[(u64)(r0 + k) * nb + c].x;
+                        int4 x0, x1;
+                        float da;
+                        if constexpr (pre) {
+                            x0 = xp[u][0], x1 = xp[u][T == W_Q4_0 ? 1 : 0], da = dp[u];
+                        } else {
+                            x0 = x[0], x1 = x[1], da = ds[(u64)(r0 + k) * nb + c].x;
+                        }
 #pragma unroll
                         for (int w = 0; w < NW; w++) {
                             int dot = dp4a((int)nib_lo(q[w][u].x), x0.x, 0);
@@ -118,8 +141,14 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
                 } else {
 #pragma unroll
                     for (int k = 0; k < M; k++) {
-                        int4 x = *(const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 16);
-                        float da = ds[(u64)(r0 + k) * nb + (c >> 1)].x;
+                        int4 x;
+                        float da;
+                        if constexpr (pre) {
+                            x = xp[u][0], da = dp[u];
+                        } else {
+                            x = *(const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 16);
+                            da = ds[(u64)(r0 + k) * nb + (c >> 1)].x;
+                        }
 #pragma unroll
                         for (int w = 0; w < NW; w++) {
                             int dot = dp4a((int)q[w][u].x, x.x, 0);
@@ -427,6 +456,13 @@ MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
 MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
 MATVEC(matvec1_q8_0, W_Q8_0, 1, MV1Q_BATCH)
 MATVEC(matvec1_q4_0, W_Q4_0, 1, MV1Q_BATCH)
+// The one-row products of long rows (K >= longRowCols: the 8B shape's
+// down product), MV1L_BATCH loads in flight a lane.
+#ifndef MV1L_BATCH
+#define MV1L_BATCH MV_BATCH
+#endif
+MATVEC(matvec1l_q8_0, W_Q8_0, 1, MV1L_BATCH)
+MATVEC(matvec1l_q4_0, W_Q4_0, 1, MV1L_BATCH)
 
 // The grouped and GLU kernels have more code paths than matvec; their
 // register count is held at 128, where mvGridPerSM blocks of MV_WARPS

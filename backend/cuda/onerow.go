@@ -105,6 +105,9 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		n := int(c.args[11].v)
 		rpb := rowsPer(n, chunks(int(c.args[10].v)), opt.sms)
 		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
+		if ty.quant && int(c.args[10].v) >= longRowCols {
+			t.kernel = "matvec1l_" + typ
+		}
 		t.gridX = min(blocks(n, rpb), uint32(grid*opt.sms))
 	case "matvec3":
 		// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff, bias, N
@@ -144,6 +147,11 @@ const (
 	oneRowAnyCols  = 2048
 	oneRowMaxBytes = 16 << 20
 )
+
+// longRowCols is where a quantized one-row product takes matvec1l_*, the
+// kernel of long rows (the 8B shape's down product), whose loads in
+// flight a lane (matvec.cu's MV1L_BATCH) WEFT_CUDA_DEFINES may set.
+const longRowCols = 8192
 
 // gluTwinKernel reports whether kernel is a one-row GLU kernel.
 func gluTwinKernel(kernel string) bool {
