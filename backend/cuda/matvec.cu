@@ -60,11 +60,21 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 // lane keeps MV_BATCH 16-byte loads in flight.
 #define MV_BATCH 4
 
-// MVQ_XPRE (0 or 1; WEFT_CUDA_DEFINES, for comparisons): one-row
-// quantized products load each chunk's activations and scale with its
-// weights, rather than as the chunk is summed.
-#ifndef MVQ_XPRE
-#define MVQ_XPRE 0
+// MVQ_XPRE_Q8 and MVQ_XPRE_Q4 (0 or 1): the one-row kernels (ONE:
+// matvec1_*, matvec1l_*, matvec13_*) over Q8_0 (Q4_0) weights load each
+// chunk's activations and scale with its weights, rather than as the
+// chunk is summed, so that they are in flight together; the sums are the
+// same. The Q8_0 kernels stay within 64 registers (matvec13_q8_0: 72), and
+// the 8B shape decodes 2.8 % faster (H100, same run, tg128: 267.3 / 267.2
+// against 260.7 / 259.3 tok/s; the 1B shape even). Q4_0's two activation
+// vectors a chunk take matvec1_q4_0 to 79 registers, past the 8 blocks a
+// multiprocessor it runs: 8B Q4_0 lost 11 %, so Q4_0 keeps its loads
+// where they were. WEFT_CUDA_DEFINES may set either, for comparisons.
+#ifndef MVQ_XPRE_Q8
+#define MVQ_XPRE_Q8 1
+#endif
+#ifndef MVQ_XPRE_Q4
+#define MVQ_XPRE_Q4 0
 #endif
 
 // mvq_dot: this thread's part of M rows of int8 activations against NW
@@ -72,7 +82,7 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 // of each in flight. A chunk is 16 bytes of quants: a whole block (Q4_0;
 // byte i holds elements i and i+16) or half a block (Q8_0). The
 // activations are loaded once for the NW rows.
-template <int T, int M, int B, int NW>
+template <int T, int M, int B, int NW, bool ONE = false>
 __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* qa, const float2* ds,
                                         const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
                                         bool live, int sub, int nsub) {
@@ -81,7 +91,7 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
 #pragma unroll
         for (int k = 0; k < M; k++) acc[w][k] = 0.f;
     int nb = K >> 5, nc = T == W_Q4_0 ? nb : K >> 4;
-    constexpr bool pre = MVQ_XPRE && M == 1 && NW == 1;
+    constexpr bool pre = (T == W_Q4_0 ? MVQ_XPRE_Q4 : MVQ_XPRE_Q8) && ONE && NW == 1;
     constexpr int XB = pre ? B : 1;
     if (live) {
         for (int c0 = sub; c0 < nc; c0 += B * nsub) {
@@ -237,26 +247,26 @@ __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, con
 // from row r0: int8 with block scales ds for Q8_0 and Q4_0, else float32)
 // with NW weight rows of one shape (their scales at d), B chunks of each
 // in flight.
-template <int T, int M, int B, int NW>
+template <int T, int M, int B, int NW, bool ONE = false>
 __device__ __forceinline__ void mv_dot(float (&acc)[NW][M], const void* x, const float2* ds,
                                        const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
                                        bool live, int sub, int nsub) {
     if constexpr (T == W_Q8_0 || T == W_Q4_0)
-        mvq_dot<T, M, B, NW>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub);
+        mvq_dot<T, M, B, NW, ONE>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub);
     else
         mvf_dot<T, M, B, NW>(acc, (const float*)x, row, r0, K, live, sub, nsub,
                              T == W_F32 ? (K & 3) == 0 : (K & 7) == 0);
 }
 
 // mv_pass: M activation rows against one weight row, the results written.
-template <int T, int M, int B>
+template <int T, int M, int B, bool ONE = false>
 __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x, const float2* ds, const u8* row,
                                         const u16* d, const float* bias, int r0, int K, int N, int j, bool live,
                                         int sub, int nsub, int wpr, int lpr) {
     float acc[1][M];
     const u8* rows[1] = {row};
     const u16* ds1[1] = {d};
-    mv_dot<T, M, B, 1>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub);
+    mv_dot<T, M, B, 1, ONE>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub);
     mv_reduce<M>(acc[0], out, resid, bias, r0, j, N, live, wpr, lpr);
 }
 
@@ -279,7 +289,7 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
     const u8* row = w + (u64)(live ? j : 0) * rowBytes;
     const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
     if constexpr (MAXM == 1) {
-        mv_pass<T, 1, B>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr);
+        mv_pass<T, 1, B, true>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr);
         return;
     }
     for (int r0 = 0; r0 < n; r0 += MVR) {

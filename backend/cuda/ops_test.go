@@ -366,7 +366,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
 	for i, tc := range opCases() {
 		f16 := false
-		run := func(t *testing.T, tol float64) {
+		runOn := func(t *testing.T, gpu *Backend, tol float64) {
 			b := newProg(t, uint64(i+1), tc.maxRows, tc.slots, tc.context, tc.vocab)
 			out := b.buf(tc.vocab)
 			b.p.Logits = out
@@ -376,6 +376,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 			}
 			compareWithCPU(t, gpu, b.p, cmp.Or(tc.steps, 30), tc.selected, tol)
 		}
+		run := func(t *testing.T, tol float64) { runOn(t, gpu, tol) }
 		t.Run(tc.name, func(t *testing.T) { run(t, tc.tol) })
 		if tc.mmqTol > 0 {
 			t.Run("mmq/"+tc.name, func(t *testing.T) {
@@ -398,14 +399,20 @@ func TestOpsAgainstCPU(t *testing.T) {
 			})
 		}
 		// The quantized one-row twins at other rows a block (grouped
-		// products alone, then all).
+		// products alone, then all), and with the other activation
+		// loads (a backend of its own: the kernels compiled with other
+		// macros).
 		if strings.HasPrefix(tc.name, "fused-group/Q") {
-			for _, e := range [][2]string{{"WEFT_CUDA_TWIN13_RPB", "2"}, {"WEFT_CUDA_TWIN_RPB", "1"}} {
-				t.Run("rpb"+e[1]+"/"+tc.name, func(t *testing.T) {
-					t.Setenv(e[0], e[1])
+			for _, e := range [][3]string{{"rpb2", "WEFT_CUDA_TWIN13_RPB", "2"}, {"rpb1", "WEFT_CUDA_TWIN_RPB", "1"}} {
+				t.Run(e[0]+"/"+tc.name, func(t *testing.T) {
+					t.Setenv(e[1], e[2])
 					run(t, tc.tol)
 				})
 			}
+			t.Run("xpre/"+tc.name, func(t *testing.T) {
+				t.Setenv("WEFT_CUDA_DEFINES", "MVQ_XPRE_Q4=1,MVQ_XPRE_Q8=0")
+				runOn(t, newGPU(t), tc.tol)
+			})
 		}
 		if strings.HasPrefix(tc.name, "fused-glu/") {
 			for _, w := range []string{"4", "2"} {
