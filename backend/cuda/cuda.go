@@ -69,11 +69,8 @@ func kernelNames() []string {
 		if kLayouts[typ] == nil { // the fused kernels (plangroup.go) take the types of matvec.cu
 			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix)
 		}
-		if ty, ok := oneRowTypes[suffix]; ok {
+		if _, ok := oneRowTypes[suffix]; ok {
 			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
-			if ty.quant {
-				names = append(names, "matvec1l_"+suffix)
-			}
 		}
 		if suffix != "f32" && suffix != "f16" {
 			names = append(names, "deq_f16_"+suffix)

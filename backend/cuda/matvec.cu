@@ -61,7 +61,7 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 #define MV_BATCH 4
 
 // MVQ_XPRE_Q8 and MVQ_XPRE_Q4 (0 or 1): the one-row kernels (ONE:
-// matvec1_*, matvec1l_*, matvec13_*) over Q8_0 (Q4_0) weights load each
+// matvec1_* and matvec13_*) over Q8_0 (Q4_0) weights load each
 // chunk's activations and scale with its weights, rather than as the
 // chunk is summed, so that they are in flight together; the sums are the
 // same. The Q8_0 kernels stay within 64 registers (matvec13_q8_0: 72), and
@@ -466,13 +466,6 @@ MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
 MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
 MATVEC(matvec1_q8_0, W_Q8_0, 1, MV1Q_BATCH)
 MATVEC(matvec1_q4_0, W_Q4_0, 1, MV1Q_BATCH)
-// The one-row products of long rows (K >= longRowCols: the 8B shape's
-// down product), MV1L_BATCH loads in flight a lane.
-#ifndef MV1L_BATCH
-#define MV1L_BATCH MV_BATCH
-#endif
-MATVEC(matvec1l_q8_0, W_Q8_0, 1, MV1L_BATCH)
-MATVEC(matvec1l_q4_0, W_Q4_0, 1, MV1L_BATCH)
 
 // The grouped and GLU kernels have more code paths than matvec; their
 // register count is held at 128, where mvGridPerSM blocks of MV_WARPS

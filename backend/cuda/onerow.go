@@ -10,13 +10,14 @@ import (
 // registers of their widest pass. oneRow gives matrix-vector launches of
 // small batches (F32, F16, BF16, Q8_0 and Q4_0 weights) a twin for
 // batches of one row: the kernel compiled for one row (matvec1_*,
-// matvec13_*, matvec1_glu_* or matvec1w_glu_*). The float twins keep MV_BATCH1 loads in
-// flight a lane, half a warp a row where the launch still fills the
-// device (BF16 tg128 566 → 640 tok/s on the 1B shape when they came); the
-// quantized twins keep MV_BATCH and rowsPerBlock's rows (8 loads were
-// 1-8 % slower), and the GLU twins MV_BATCH of each of their two rows.
-// Float launches of long rows over oneRowMaxBytes keep their kernel
-// (below).
+// matvec13_*, matvec1_glu_* or, for the 8B shape's GLU, matvec1w_glu_*).
+// The float twins keep MV_BATCH1 loads in flight a lane, half a warp a
+// row where the launch still fills the device (BF16 tg128 566 → 640
+// tok/s on the 1B shape when they came); the quantized twins keep
+// MV_BATCH and rowsPerBlock's rows (8 loads were 1-8 % slower, and again
+// 8-13 % on the 8B shape in the seventh session), and the GLU twins
+// MV_BATCH of each of their two rows. Float launches of long rows over
+// oneRowMaxBytes keep their kernel (below).
 func oneRow(pl *planned, opt planOptions) {
 	calls := make([]call, 0, len(pl.calls)+64)
 	for _, c := range pl.calls {
@@ -105,9 +106,6 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		n := int(c.args[11].v)
 		rpb := rowsPer(n, chunks(int(c.args[10].v)), opt.sms)
 		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
-		if ty.quant && int(c.args[10].v) >= longRowCols {
-			t.kernel = "matvec1l_" + typ
-		}
 		t.gridX = min(blocks(n, rpb), uint32(grid*opt.sms))
 	case "matvec3":
 		// x, ds, rowBytes, meta, which, K, rpb, then out, w, dOff, bias, N
@@ -147,11 +145,6 @@ const (
 	oneRowAnyCols  = 2048
 	oneRowMaxBytes = 16 << 20
 )
-
-// longRowCols is where a quantized one-row product takes matvec1l_*, the
-// kernel of long rows (the 8B shape's down product), whose loads in
-// flight a lane (matvec.cu's MV1L_BATCH) WEFT_CUDA_DEFINES may set.
-const longRowCols = 8192
 
 // gluTwinKernel reports whether kernel is a one-row GLU kernel.
 func gluTwinKernel(kernel string) bool {

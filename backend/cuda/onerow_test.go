@@ -43,7 +43,7 @@ func TestOneRowTwin(t *testing.T) {
 		{mv("q4_0", 4096, 4096, 4), "matvec1_q4_0", 4, 1024},
 		{mv("q4_0", 2048, 2048, 4), "matvec1_q4_0", 4, 512},
 		{mv("q8_0", 2048, 128256, 8), "matvec1_q8_0", 4, 1056},
-		{mv("q4_0", 14336, 4096, 4), "matvec1l_q4_0", 4, 1024}, // the 8B down product, 28 MiB: long rows
+		{mv("q4_0", 14336, 4096, 4), "matvec1_q4_0", 4, 1024}, // the 8B down product, 28 MiB
 		{mv3("bf16", 2048, 4096, 1024, 1024), "matvec13_bf16", 8, 528},
 		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 768},    // 6 MiB
 		{mv3("q8_0", 4096, 4096, 1024, 1024), "matvec13_q8_0", 4, 1056}, // the 8B q, k and v, 24 MiB
@@ -57,7 +57,7 @@ func TestOneRowTwin(t *testing.T) {
 			t.Errorf("%s: twin %v %q (%v)", tc.c.kernel, ok, got.kernel, got.cond)
 			continue
 		}
-		rpbAt := map[string]int{"matvec1_": 12, "matvec1l": 12, "matvec13": 6}[got.kernel[:8]]
+		rpbAt := map[string]int{"matvec1_": 12, "matvec13": 6}[got.kernel[:8]]
 		if tc.rpb > 0 && (got.args[rpbAt] != i32(tc.rpb) || got.gridX != uint32(tc.grid)) {
 			t.Errorf("%s: rows per block %+v, grid %d; want %d, %d", got.kernel, got.args[rpbAt], got.gridX, tc.rpb, tc.grid)
 		}
