@@ -69,7 +69,9 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 // against 260.7 / 259.3 tok/s; the 1B shape even). Q4_0's two activation
 // vectors a chunk take matvec1_q4_0 to 79 registers, past the 8 blocks a
 // multiprocessor it runs: 8B Q4_0 lost 11 %, so Q4_0 keeps its loads
-// where they were. WEFT_CUDA_DEFINES may set either, for comparisons.
+// where they were. MVQ_XPRE_Q4=2 loads only Q4_0's first activation
+// vector and scale with the weights (not yet measured). WEFT_CUDA_DEFINES
+// may set either, for comparisons.
 #ifndef MVQ_XPRE_Q8
 #define MVQ_XPRE_Q8 1
 #endif
@@ -91,13 +93,14 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
 #pragma unroll
         for (int k = 0; k < M; k++) acc[w][k] = 0.f;
     int nb = K >> 5, nc = T == W_Q4_0 ? nb : K >> 4;
-    constexpr bool pre = (T == W_Q4_0 ? MVQ_XPRE_Q4 : MVQ_XPRE_Q8) && ONE && NW == 1;
+    constexpr int lvl = ONE && NW == 1 ? (T == W_Q4_0 ? MVQ_XPRE_Q4 : MVQ_XPRE_Q8) : 0;
+    constexpr bool pre = lvl > 0, pre1 = T == W_Q4_0 && lvl == 1; // pre1: Q4_0's second vector too
     constexpr int XB = pre ? B : 1;
     if (live) {
         for (int c0 = sub; c0 < nc; c0 += B * nsub) {
             uint4 q[NW][B];
             float dw[NW][B];
-            int4 xp[XB][T == W_Q4_0 ? 2 : 1];
+            int4 xp[XB][pre1 ? 2 : 1];
             float dp[XB];
 #pragma unroll
             for (int u = 0; u < B; u++) {
@@ -111,7 +114,7 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
                     if constexpr (pre) {
                         const int4* x = (const int4*)(qa + (u64)r0 * K + (u64)c * (T == W_Q4_0 ? 32 : 16));
                         xp[u][0] = x[0];
-                        if constexpr (T == W_Q4_0) xp[u][T == W_Q4_0 ? 1 : 0] = x[1];
+                        if constexpr (pre1) xp[u][pre1 ? 1 : 0] = x[1];
                         dp[u] = ds[(u64)r0 * nb + (T == W_Q4_0 ? c : c >> 1)].x;
                     }
                 }
@@ -131,7 +134,7 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
                         int4 x0, x1;
                         float da;
                         if constexpr (pre) {
-                            x0 = xp[u][0], x1 = xp[u][T == W_Q4_0 ? 1 : 0], da = dp[u];
+                            x0 = xp[u][0], x1 = pre1 ? xp[u][pre1 ? 1 : 0] : x[1], da = dp[u];
                         } else {
                             x0 = x[0], x1 = x[1], da = ds[(u64)(r0 + k) * nb + c].x;
                         }
@@ -450,8 +453,9 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
 #ifndef MV13Q_BATCH
 #define MV13Q_BATCH MV_BATCH
 #endif
-#define MATVEC(name, T, MAXM, B)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
+#define MATVEC(name, T, MAXM, B) MATVEC_LB(name, T, MAXM, B, 32 * MV_WARPS)
+#define MATVEC_LB(name, T, MAXM, B, ...)                                                                         \
+    extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                    \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
              long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) { PDL_MV;          \
         matvec<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb);                  \
@@ -465,7 +469,13 @@ MATVEC(matvec1_f32, W_F32, 1, MV_BATCH1)
 MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
 MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
 MATVEC(matvec1_q8_0, W_Q8_0, 1, MV1Q_BATCH)
+#if MVQ_XPRE_Q4 == 2
+// Its first activation vector in flight too takes 70 registers: bounded to
+// the 64 at which the 8 blocks a multiprocessor it runs fit.
+MATVEC_LB(matvec1_q4_0, W_Q4_0, 1, MV1Q_BATCH, 32 * MV_WARPS, 8)
+#else
 MATVEC(matvec1_q4_0, W_Q4_0, 1, MV1Q_BATCH)
+#endif
 
 // The grouped and GLU kernels have more code paths than matvec; their
 // register count is held at 128, where mvGridPerSM blocks of MV_WARPS
