@@ -409,10 +409,12 @@ func TestOpsAgainstCPU(t *testing.T) {
 					run(t, tc.tol)
 				})
 			}
-			t.Run("xpre/"+tc.name, func(t *testing.T) {
-				t.Setenv("WEFT_CUDA_DEFINES", "MVQ_XPRE_Q4=1,MVQ_XPRE_Q8=0")
-				runOn(t, newGPU(t), tc.tol)
-			})
+			for name, defs := range map[string]string{"xpre": "MVQ_XPRE_Q4=1,MVQ_XPRE_Q8=0", "xpre2": "MVQ_XPRE_Q4=2"} {
+				t.Run(name+"/"+tc.name, func(t *testing.T) {
+					t.Setenv("WEFT_CUDA_DEFINES", defs)
+					runOn(t, newGPU(t), tc.tol)
+				})
+			}
 		}
 		if strings.HasPrefix(tc.name, "fused-glu/") {
 			for _, w := range []string{"4", "2"} {
