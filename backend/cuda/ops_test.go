@@ -409,9 +409,9 @@ func TestOpsAgainstCPU(t *testing.T) {
 					run(t, tc.tol)
 				})
 			}
-			for name, defs := range map[string]string{"xpre": "MVQ_XPRE_Q4=1,MVQ_XPRE_Q8=0", "xpre2": "MVQ_XPRE_Q4=2"} {
-				t.Run(name+"/"+tc.name, func(t *testing.T) {
-					t.Setenv("WEFT_CUDA_DEFINES", defs)
+			for _, e := range [][2]string{{"xpre", "MVQ_XPRE_Q4=1,MVQ_XPRE_Q8=0"}, {"xpre2", "MVQ_XPRE_Q4=2"}} {
+				t.Run(e[0]+"/"+tc.name, func(t *testing.T) {
+					t.Setenv("WEFT_CUDA_DEFINES", e[1])
 					runOn(t, newGPU(t), tc.tol)
 				})
 			}
