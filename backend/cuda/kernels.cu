@@ -91,9 +91,11 @@ __device__ __forceinline__ void pdl(bool trigger) {
 #define WEFT_LATE_ATTN 0
 #endif
 #define PDL PDL_(!WEFT_LATE_ALL)
-#define PDL_GLU PDL_(!(WEFT_LATE_ALL || WEFT_LATE_GLU))
-#define PDL_MV PDL_(!(WEFT_LATE_ALL || WEFT_LATE_MV))
+#define PDL_GLU PDL_(TRIGGER_GLU)
+#define PDL_MV PDL_(TRIGGER_MV)
 #define PDL_ATTN PDL_(!(WEFT_LATE_ALL || WEFT_LATE_ATTN))
+#define TRIGGER_MV (!(WEFT_LATE_ALL || WEFT_LATE_MV))
+#define TRIGGER_GLU (!(WEFT_LATE_ALL || WEFT_LATE_GLU))
 
 // Block tracing, a measuring aid (WEFT_CUDA_TRACE=1 compiles the module
 // with WEFT_TRACE; trace.go): thread 0 of every block writes one record of
@@ -109,29 +111,46 @@ __device__ __forceinline__ u64 gtime() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+// Thread 0's release time and record, kept where a kernel that waits
+// later (pdl_late) finds them.
+__shared__ u64 weft_t0_s;
+__shared__ u64* weft_rec_s;
+// trace_waited writes thread 0's record once it has waited.
+__device__ __forceinline__ void trace_waited() {
+    if (threadIdx.x + threadIdx.y + threadIdx.z != 0 || weft_trace == nullptr) return;
+    unsigned i = atomicAdd(&weft_trace_n, 1u);
+    if (i >= weft_trace_cap) return;
+    u64 grid;
+    unsigned sm;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    u64* rec = weft_trace + 4ull * i;
+    rec[0] = grid;
+    rec[1] = weft_t0_s;
+    rec[2] = gtime();
+    rec[3] = (u64)sm << 56;
+    weft_rec_s = rec;
+}
 struct pdl_scope {
-    u64* rec = nullptr;
-    __device__ __forceinline__ pdl_scope(bool trigger) {
-        u64 t0 = gtime();
+    __device__ __forceinline__ pdl_scope(bool trigger, bool defer = false) {
+        if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
+            weft_t0_s = gtime();
+            weft_rec_s = nullptr;
+        }
+        if (defer) return;
         pdl(trigger);
-        if (threadIdx.x + threadIdx.y + threadIdx.z != 0 || weft_trace == nullptr) return;
-        unsigned i = atomicAdd(&weft_trace_n, 1u);
-        if (i >= weft_trace_cap) return;
-        u64 grid;
-        unsigned sm;
-        asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        rec = weft_trace + 4ull * i;
-        rec[0] = grid;
-        rec[1] = t0;
-        rec[2] = gtime();
-        rec[3] = (u64)sm << 56;
+        trace_waited();
     }
     __device__ __forceinline__ ~pdl_scope() {
-        if (rec) rec[3] |= gtime() & ((1ull << 56) - 1);
+        if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && weft_rec_s) weft_rec_s[3] |= gtime() & ((1ull << 56) - 1);
     }
 };
 #define PDL_(trigger) pdl_scope pdl_scope_(trigger)
+#define PDL_DEFER_(trigger, defer) pdl_scope pdl_scope_(trigger, defer)
+__device__ __forceinline__ void pdl_late(bool trigger) {
+    pdl(trigger);
+    trace_waited();
+}
 // PHASE(i): thread 0 of block (0, 0) records %globaltimer as phase i of
 // its kernel in weft_phase (the decode attention's, trace.go).
 __device__ u64 weft_phase[8];
@@ -140,6 +159,9 @@ __device__ u64 weft_phase[8];
         weft_phase[i] = gtime();
 #else
 #define PDL_(trigger) pdl(trigger)
+#define PDL_DEFER_(trigger, defer) \
+    if (!(defer)) pdl(trigger)
+__device__ __forceinline__ void pdl_late(bool trigger) { pdl(trigger); }
 #define PHASE(i)
 #endif
 

@@ -46,13 +46,43 @@ __device__ __forceinline__ void mv_reduce(float (&acc)[M], float* out, float* re
     }
 }
 
+// MV_EARLY (0 or 1): the quantized types' one-row kernels (matvec1_*,
+// matvec13_*, matvec1_glu_*, matvec1w_glu_*) issue their first batch of
+// weight loads before they wait for the kernel before them (pdl_late):
+// weights never depend on it, and under programmatic dependent launch a
+// kernel's blocks are placed while the one before it runs (a norm, a
+// rope, the decode attention: a few blocks), so those loads fly during
+// it. WEFT_CUDA_DEFINES=MV_EARLY=0 waits first, for comparisons.
+#ifndef MV_EARLY
+#define MV_EARLY 1
+#endif
+// MVF_EARLY: the same for the float types' one-row kernels.
+#ifndef MVF_EARLY
+#define MVF_EARLY 1
+#endif
+
+// mv_defers says whether the T kernels for up to MAXM rows wait in their
+// first mv_dot rather than at their start.
+template <int T, int MAXM>
+__device__ constexpr bool mv_defers() {
+    return MAXM == 1 && (T == W_Q8_0 || T == W_Q4_0 ? MV_EARLY : MVF_EARLY);
+}
+
 // ldw loads 16 bytes of weights that are read once per step: through the
 // non-coherent path, without keeping them in L1 (the activations stay).
+// V (volatile): the compiler keeps the load where it is, ahead of a
+// dependency wait after it (mv_defers).
+template <bool V = false>
 __device__ __forceinline__ uint4 ldw(const u8* p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    if constexpr (V)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+    else
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
     return v;
 }
 
@@ -79,15 +109,30 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 #define MVQ_XPRE_Q4 0
 #endif
 
+// mvq_loadx loads the int8 activations (one 16-byte vector, or with two
+// Q4_0's pair) and block scale of chunk c of row r0 for mvq_dot's
+// activation preload.
+template <int T, bool TWO, int NV>
+__device__ __forceinline__ void mvq_loadx(int4 (&x)[NV], float& da, const signed char* qa, const float2* ds, int r0,
+                                          int K, int nb, int c) {
+    const int4* p = (const int4*)(qa + (u64)r0 * K + (u64)c * (T == W_Q4_0 ? 32 : 16));
+    x[0] = p[0];
+    if constexpr (TWO) x[TWO ? 1 : 0] = p[1];
+    da = ds[(u64)r0 * nb + (T == W_Q4_0 ? c : c >> 1)].x;
+}
+
 // mvq_dot: this thread's part of M rows of int8 activations against NW
 // Q8_0 or Q4_0 rows of one shape (a gate and an up row: NW = 2), B chunks
 // of each in flight. A chunk is 16 bytes of quants: a whole block (Q4_0;
 // byte i holds elements i and i+16) or half a block (Q8_0). The
-// activations are loaded once for the NW rows.
-template <int T, int M, int B, int NW, bool ONE = false>
+// activations are loaded once for the NW rows. With early set (1: and
+// trigger the next launch, 2: not) the thread waits for the kernel before
+// (pdl_late) once its first batch of weight loads is issued, and loads
+// activations only after that.
+template <int T, int M, int B, int NW, bool ONE = false, bool E = false>
 __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* qa, const float2* ds,
                                         const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
-                                        bool live, int sub, int nsub) {
+                                        bool live, int sub, int nsub, int early = 0) {
 #pragma unroll
     for (int w = 0; w < NW; w++)
 #pragma unroll
@@ -102,20 +147,43 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
             float dw[NW][B];
             int4 xp[XB][pre1 ? 2 : 1];
             float dp[XB];
+            if constexpr (E) {
+                // The block's first batch: the weights' loads fly across
+                // the wait, the activations' come after it.
+                bool wait = early && c0 == sub;
 #pragma unroll
-            for (int u = 0; u < B; u++) {
-                int c = c0 + u * nsub;
-                if (c < nc) {
+                for (int u = 0; u < B; u++) {
+                    int c = c0 + u * nsub;
+                    if (c < nc) {
 #pragma unroll
-                    for (int w = 0; w < NW; w++) {
-                        q[w][u] = ldw(row[w] + (u64)c * 16);
-                        dw[w][u] = h2f(d[w][T == W_Q4_0 ? c : c >> 1]);
+                        for (int w = 0; w < NW; w++) {
+                            q[w][u] = ldw<true>(row[w] + (u64)c * 16);
+                            dw[w][u] = h2f(d[w][T == W_Q4_0 ? c : c >> 1]);
+                        }
+                        if constexpr (pre)
+                            if (!wait) mvq_loadx<T, pre1>(xp[u], dp[u], qa, ds, r0, K, nb, c);
                     }
-                    if constexpr (pre) {
-                        const int4* x = (const int4*)(qa + (u64)r0 * K + (u64)c * (T == W_Q4_0 ? 32 : 16));
-                        xp[u][0] = x[0];
-                        if constexpr (pre1) xp[u][pre1 ? 1 : 0] = x[1];
-                        dp[u] = ds[(u64)r0 * nb + (T == W_Q4_0 ? c : c >> 1)].x;
+                }
+                if (wait) {
+                    pdl_late(early == 1);
+                    early = 0;
+                    if constexpr (pre)
+#pragma unroll
+                        for (int u = 0; u < B; u++)
+                            if (c0 + u * nsub < nc)
+                                mvq_loadx<T, pre1>(xp[u], dp[u], qa, ds, r0, K, nb, c0 + u * nsub);
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < B; u++) {
+                    int c = c0 + u * nsub;
+                    if (c < nc) {
+#pragma unroll
+                        for (int w = 0; w < NW; w++) {
+                            q[w][u] = ldw(row[w] + (u64)c * 16);
+                            dw[w][u] = h2f(d[w][T == W_Q4_0 ? c : c >> 1]);
+                        }
+                        if constexpr (pre) mvq_loadx<T, pre1>(xp[u], dp[u], qa, ds, r0, K, nb, c);
                     }
                 }
             }
@@ -175,14 +243,17 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
             }
         }
     }
+    if constexpr (E)
+        if (early) pdl_late(early == 1); // no chunk of its own: the thread still waits
 }
 
 // mvf_dot: this thread's part of M float32 activation rows against NW
 // F32, F16 or BF16 rows of one shape; 16-byte chunks (B of each row in
-// flight) when K allows (vec), else one element per lane.
-template <int T, int M, int B, int NW>
+// flight) when K allows (vec), else one element per lane. early and E as
+// for mvq_dot.
+template <int T, int M, int B, int NW, bool E = false>
 __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, const u8* const (&row)[NW], int r0,
-                                        int K, bool live, int sub, int nsub, bool vec) {
+                                        int K, bool live, int sub, int nsub, bool vec, int early = 0) {
 #pragma unroll
     for (int w = 0; w < NW; w++)
 #pragma unroll
@@ -197,8 +268,13 @@ __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, con
                 int c = c0 + u * nsub;
                 if (c < nc)
 #pragma unroll
-                    for (int w = 0; w < NW; w++) q[w][u] = ldw(row[w] + (u64)c * 16);
+                    for (int w = 0; w < NW; w++) q[w][u] = ldw<E>(row[w] + (u64)c * 16);
             }
+            if constexpr (E)
+                if (early) {
+                    pdl_late(early == 1);
+                    early = 0;
+                }
 #pragma unroll
             for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
@@ -235,6 +311,11 @@ __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, con
             }
         }
     } else if (live) {
+        if constexpr (E)
+            if (early) {
+                pdl_late(early == 1);
+                early = 0;
+            }
         for (int i = sub; i < K; i += nsub) {
 #pragma unroll
             for (int w = 0; w < NW; w++) {
@@ -244,32 +325,34 @@ __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, con
             }
         }
     }
+    if constexpr (E)
+        if (early) pdl_late(early == 1); // no chunk of its own: the thread still waits
 }
 
 // mv_dot is this thread's part of the products of M activation rows (x
 // from row r0: int8 with block scales ds for Q8_0 and Q4_0, else float32)
 // with NW weight rows of one shape (their scales at d), B chunks of each
 // in flight.
-template <int T, int M, int B, int NW, bool ONE = false>
+template <int T, int M, int B, int NW, bool ONE = false, bool E = false>
 __device__ __forceinline__ void mv_dot(float (&acc)[NW][M], const void* x, const float2* ds,
                                        const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
-                                       bool live, int sub, int nsub) {
+                                       bool live, int sub, int nsub, int early = 0) {
     if constexpr (T == W_Q8_0 || T == W_Q4_0)
-        mvq_dot<T, M, B, NW, ONE>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub);
+        mvq_dot<T, M, B, NW, ONE, E>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub, early);
     else
-        mvf_dot<T, M, B, NW>(acc, (const float*)x, row, r0, K, live, sub, nsub,
-                             T == W_F32 ? (K & 3) == 0 : (K & 7) == 0);
+        mvf_dot<T, M, B, NW, E>(acc, (const float*)x, row, r0, K, live, sub, nsub,
+                                T == W_F32 ? (K & 3) == 0 : (K & 7) == 0, early);
 }
 
 // mv_pass: M activation rows against one weight row, the results written.
 template <int T, int M, int B, bool ONE = false>
 __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x, const float2* ds, const u8* row,
                                         const u16* d, const float* bias, int r0, int K, int N, int j, bool live,
-                                        int sub, int nsub, int wpr, int lpr) {
+                                        int sub, int nsub, int wpr, int lpr, int early = 0) {
     float acc[1][M];
     const u8* rows[1] = {row};
     const u16* ds1[1] = {d};
-    mv_dot<T, M, B, 1, ONE>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub);
+    mv_dot<T, M, B, 1, ONE, ONE && mv_defers<T, 1>()>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub, early);
     mv_reduce<M>(acc[0], out, resid, bias, r0, j, N, live, wpr, lpr);
 }
 
@@ -278,11 +361,15 @@ __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x,
 // pass of exactly that many rows. For the quantized types x is qa and ds
 // the block scales; for the others x is the float32 activation. A block
 // covers rpb output rows: 8 (two a warp, 16 lanes each: short rows), 4 (a
-// warp a row), 2 or 1 (2 or 4 warps a row: few rows).
+// warp a row), 2 or 1 (2 or 4 warps a row: few rows). first: g is the
+// block's first group (of every weight of its launch), in which a kernel
+// that defers its dependency wait (mv_defers) waits.
 template <int T, int MAXM, int B>
 __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x, const float2* ds, const u8* w,
                                          long long rowBytes, long long dOff, const float* bias, int n, int K, int N,
-                                         int rpb, int g) {
+                                         int rpb, int g, bool first) {
+    // The block's first group waits for the kernel before (mv_defers).
+    int early = mv_defers<T, MAXM>() && first ? (TRIGGER_MV ? 1 : 2) : 0;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int lpr = rpb > MV_WARPS ? 32 * MV_WARPS / rpb : 32; // lanes a row
     int wpr = rpb >= MV_WARPS ? 1 : MV_WARPS / rpb;     // warps a row
@@ -292,7 +379,7 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
     const u8* row = w + (u64)(live ? j : 0) * rowBytes;
     const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
     if constexpr (MAXM == 1) {
-        mv_pass<T, 1, B, true>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr);
+        mv_pass<T, 1, B, true>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr, early);
         return;
     }
     for (int r0 = 0; r0 < n; r0 += MVR) {
@@ -322,7 +409,7 @@ __device__ void matvec(float* out, float* resid, const void* x, const float2* ds
                        long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) {
     int n = meta[which], groups = (N + rpb - 1) / rpb;
     for (int g = blockIdx.x; g < groups; g += gridDim.x)
-        mv_group<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g);
+        mv_group<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g, g == (int)blockIdx.x);
 }
 
 // matvec3 is matvec over up to three weights of one type and width that
@@ -339,7 +426,7 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
         bool a = g < g0, b = !a && g < g0 + g1;
         mv_group<T, MAXM, B>(a ? out0 : b ? out1 : out2, nullptr, x, ds, a ? w0 : b ? w1 : w2, rowBytes,
                     a ? dOff0 : b ? dOff1 : dOff2, a ? bias0 : b ? bias1 : bias2, n, K, a ? N0 : b ? N1 : N2, rpb,
-                    a ? g : b ? g - g0 : g - g0 - g1);
+                    a ? g : b ? g - g0 : g - g0 - g1, g == (int)blockIdx.x);
     }
 }
 
@@ -359,11 +446,11 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
 // glu_pass: M activation rows against the gate and up rows of group g,
 // then the block's GLU_ROWS results through shared memory, so that each
 // warp writes (and quantizes, with qo set) one activation row's block.
-template <int T, int M, int B>
+template <int T, int M, int B, bool E = false>
 __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, signed char* qo, float2* dso,
                                          const void* x, const float2* ds, const u8* wg, const u8* wu,
                                          long long rowBytes, long long dOffG, long long dOffU, int r0, int K, int N,
-                                         int g, int lpr, int act) {
+                                         int g, int lpr, int act, int early = 0) {
     __shared__ float res[MVR][GLU_ROWS];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & (lpr - 1);
     int nw = blockDim.x >> 5, rpw = 32 / lpr, per = nw * rpw; // warps, rows a warp, rows a pass of the block
@@ -374,7 +461,7 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
         const u8* rows[2] = {wg + jr * rowBytes, wu + jr * rowBytes};
         const u16* sc[2] = {(const u16*)(wg + dOffG) + jr * (K >> 5), (const u16*)(wu + dOffU) + jr * (K >> 5)};
         float a[2][M];
-        mv_dot<T, M, B, 2>(a, x, ds, rows, sc, r0, K, live, sub, lpr);
+        mv_dot<T, M, B, 2, false, E>(a, x, ds, rows, sc, r0, K, live, sub, lpr, lr0 == 0 ? early : 0);
 #pragma unroll
         for (int k = 0; k < M; k++)
             for (int o = lpr >> 1; o > 0; o >>= 1) {
@@ -416,7 +503,9 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
     int lpr = chunks <= 64 ? 16 : 32;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
         if constexpr (MAXM == 1) {
-            glu_pass<T, 1, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, 0, K, N, g, lpr, act);
+            int early = mv_defers<T, MAXM>() && g == (int)blockIdx.x ? (TRIGGER_GLU ? 1 : 2) : 0;
+            glu_pass<T, 1, B, mv_defers<T, MAXM>()>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, 0,
+                                                    K, N, g, lpr, act, early);
             continue;
         }
         for (int r0 = 0; r0 < n; r0 += MVR) {
@@ -457,7 +546,8 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
 #define MATVEC_LB(name, T, MAXM, B, ...)                                                                         \
     extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                    \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
-             long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) { PDL_MV;          \
+             long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) {                 \
+        PDL_DEFER_(TRIGGER_MV, (mv_defers<T, MAXM>()));                                                          \
         matvec<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb);                  \
     }
 MATVEC(matvec_f32, W_F32, MVR, MV_BATCH)
@@ -483,13 +573,14 @@ MATVEC(matvec1_q4_0, W_Q4_0, 1, MV1Q_BATCH)
 // 168 registers, seen with 8 loads in flight, a GLU grid took two waves).
 #define MV_BLOCKS_PER_SM 4
 
-#define MATVEC3(name, T, MAXM, B)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MV_BLOCKS_PER_SM)                                  \
+#define MATVEC3(name, T, MAXM, B) MATVEC3_LB(name, T, MAXM, B, MV_BLOCKS_PER_SM)
+#define MATVEC3_LB(name, T, MAXM, B, MINB)                                                                         \
+    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, MINB)                                              \
         name(const void* x, const float2* ds, long long rowBytes, const int* meta, int which, int K, int rpb,      \
              float* out0, const u8* w0, long long dOff0, const float* bias0, int N0, float* out1, const u8* w1,    \
              long long dOff1, const float* bias1, int N1, float* out2, const u8* w2, long long dOff2,              \
              const float* bias2, int N2) {                                                                         \
-        PDL_MV;                                                                                                  \
+        PDL_DEFER_(TRIGGER_MV, (mv_defers<T, MAXM>()));                                                          \
         matvec3<T, MAXM, B>(x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0, bias0, N0, out1, w1, dOff1,     \
                             bias1, N1, out2, w2, dOff2, bias2, N2);                                                \
     }
@@ -501,15 +592,18 @@ MATVEC3(matvec3_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC3(matvec13_f32, W_F32, 1, MV_BATCH1)
 MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
 MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
-MATVEC3(matvec13_q8_0, W_Q8_0, 1, MV13Q_BATCH)
-MATVEC3(matvec13_q4_0, W_Q4_0, 1, MV13Q_BATCH)
+// The quantized one-row kernels at 72 registers, where 7 of their blocks
+// fit on a multiprocessor (the early loads, MV_EARLY, took matvec13_q8_0
+// to 78 unbounded).
+MATVEC3_LB(matvec13_q8_0, W_Q8_0, 1, MV13Q_BATCH, 7)
+MATVEC3_LB(matvec13_q4_0, W_Q4_0, 1, MV13Q_BATCH, 7)
 
 #define MATVEC_GLU(name, T, MAXM, B)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * GLU_WARPS, MV_BLOCKS_PER_SM * MV_WARPS / GLU_WARPS)          \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \
-        PDL_GLU;                                                                                                 \
+        PDL_DEFER_(TRIGGER_GLU, (mv_defers<T, MAXM>()));                                                         \
         matvec_glu<T, MAXM, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act);   \
     }
 MATVEC_GLU(matvec_glu_f32, W_F32, MVR, MV_BATCH)
@@ -528,7 +622,7 @@ MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH)
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \
-        PDL_GLU;                                                                                                 \
+        PDL_DEFER_(TRIGGER_GLU, (mv_defers<T, 1>()));                                                            \
         matvec_glu<T, 1, MV_BATCH>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, \
                                    act);                                                                           \
     }
