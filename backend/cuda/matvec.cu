@@ -65,12 +65,17 @@ __device__ __forceinline__ void mv_reduce(float (&acc)[M], float* out, float* re
 #ifndef MVF_EARLY
 #define MVF_EARLY 1
 #endif
+// MVB_EARLY: the same for the kernels of batches of up to MVR rows
+// (matvec_*, matvec3_*, matvec_glu_*), in their first pass.
+#ifndef MVB_EARLY
+#define MVB_EARLY 1
+#endif
 
 // mv_defers says whether the T kernels for up to MAXM rows wait in their
 // first mv_dot rather than at their start.
 template <int T, int MAXM>
 __device__ constexpr bool mv_defers() {
-    return MAXM == 1 && (T == W_Q8_0 || T == W_Q4_0 ? MV_EARLY : MVF_EARLY);
+    return MAXM == 1 ? (T == W_Q8_0 || T == W_Q4_0 ? MV_EARLY : MVF_EARLY) : MVB_EARLY;
 }
 
 // ldw loads 16 bytes of weights that are read once per step: through the
@@ -351,14 +356,14 @@ __device__ __forceinline__ void mv_dot(float (&acc)[NW][M], const void* x, const
 }
 
 // mv_pass: M activation rows against one weight row, the results written.
-template <int T, int M, int B, bool ONE = false>
+template <int T, int M, int B, bool ONE = false, bool E = false>
 __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x, const float2* ds, const u8* row,
                                         const u16* d, const float* bias, int r0, int K, int N, int j, bool live,
                                         int sub, int nsub, int wpr, int lpr, int early = 0) {
     float acc[1][M];
     const u8* rows[1] = {row};
     const u16* ds1[1] = {d};
-    mv_dot<T, M, B, 1, ONE, ONE && mv_defers<T, 1>()>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub, early);
+    mv_dot<T, M, B, 1, ONE, E>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub, early);
     mv_reduce<M>(acc[0], out, resid, bias, r0, j, N, live, wpr, lpr);
 }
 
@@ -385,14 +390,16 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
     const u8* row = w + (u64)(live ? j : 0) * rowBytes;
     const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
     if constexpr (MAXM == 1) {
-        mv_pass<T, 1, B, true>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr, early);
+        mv_pass<T, 1, B, true, mv_defers<T, 1>()>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr,
+                                                  early);
         return;
     }
     for (int r0 = 0; r0 < n; r0 += MVR) {
         int m = min(MVR, n - r0);
 #define MV_CASE(M)                                                                           \
     case M:                                                                                  \
-        mv_pass<T, M, B>(out, resid, x, ds, row, d, bias, r0, K, N, j, live, sub, nsub, wpr, lpr); \
+        mv_pass<T, M, B, false, mv_defers<T, MAXM>()>(out, resid, x, ds, row, d, bias, r0, K, N, j, live, sub, nsub, \
+                                                      wpr, lpr, r0 == 0 ? early : 0);                              \
         break;
         switch (m) {
             MV_CASE(1)
@@ -508,8 +515,8 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
     int chunks = T == W_Q4_0 ? K >> 5 : T == W_Q8_0 ? K >> 4 : T == W_F32 ? K >> 2 : K >> 3;
     int lpr = chunks <= 64 ? 16 : 32;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+        int early = mv_defers<T, MAXM>() && g == (int)blockIdx.x ? (TRIGGER_GLU ? 1 : 2) : 0;
         if constexpr (MAXM == 1) {
-            int early = mv_defers<T, MAXM>() && g == (int)blockIdx.x ? (TRIGGER_GLU ? 1 : 2) : 0;
             glu_pass<T, 1, B, mv_defers<T, MAXM>()>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, 0,
                                                     K, N, g, lpr, act, early);
             continue;
@@ -518,7 +525,8 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
             int m = min(MVR, n - r0);
 #define GLU_CASE(M)                                                                                            \
     case M:                                                                                                    \
-        glu_pass<T, M, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, r0, K, N, g, lpr, act); \
+        glu_pass<T, M, B, mv_defers<T, MAXM>()>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, r0, K, \
+                                                N, g, lpr, act, r0 == 0 ? early : 0);                              \
         break;
             switch (m) {
                 GLU_CASE(1)

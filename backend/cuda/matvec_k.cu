@@ -10,6 +10,11 @@
 #define W_Q5_K 11
 #define W_Q6_K 12
 #define KV_BATCH 4 // 16-byte weight loads a lane keeps in flight
+// MVK_EARLY (0 or 1): the K-quant products issue their first batch of
+// weight loads before their dependency wait, as matvec.cu's MV_EARLY.
+#ifndef MVK_EARLY
+#define MVK_EARLY 1
+#endif
 
 template <int T>
 __device__ __forceinline__ constexpr int kq_bytes() {
@@ -24,16 +29,6 @@ struct q8k_rec {
     float d;
     short s[16];
 };
-
-// ldk loads 16 bytes of weights that are read once per step, without
-// keeping them in L1.
-__device__ __forceinline__ uint4 ldk(const u8* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
 
 // q8k_levels quantizes lane's 8 consecutive elements x of a super-block
 // (every lane of the warp calls it) and returns d.
@@ -261,10 +256,13 @@ __device__ __forceinline__ void kq_chunk(int c, uint4 q, uint4 hb, int (&lo)[4],
 // lane takes chunks of 16 bytes of quants, 32 elements each; per
 // sub-block the integer dot product is scaled as the CPU backend does:
 // Q4_K/Q5_K d·da·Σ sc·(q·a) − dmin·da·Σ m·Σa, Q6_K d·da·Σ sc·(q·a − 32·Σa).
-template <int T, int M>
+// With E and early set, the thread waits for the kernel before once its
+// first batch of weight loads is issued (MVK_EARLY; mvq_dot's early).
+template <int T, int M, bool E = false>
 __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
                                          const u8* row, const uint4* hdr, const u16* d6, const float* bias, int r0,
-                                         int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr) {
+                                         int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr,
+                                         int early = 0) {
     const int KQ = kq_bytes<T>();
     float acc[M];
 #pragma unroll
@@ -280,16 +278,21 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                 const u8* blk = row + (u64)(c >> 3) * KQ;
                 int cc = c & 7;
                 if constexpr (T == W_Q4_K) {
-                    q[u] = ldk(blk + cc * 16);
+                    q[u] = ldw<E>(blk + cc * 16);
                     hb[u] = make_uint4(0, 0, 0, 0);
                 } else if constexpr (T == W_Q5_K) {
-                    q[u] = ldk(blk + 32 + cc * 16);
+                    q[u] = ldw<E>(blk + 32 + cc * 16);
                     hb[u] = __ldg((const uint4*)(blk + (cc & 1) * 16));
                 } else {
-                    q[u] = ldk(blk + cc * 16);
+                    q[u] = ldw<E>(blk + cc * 16);
                     hb[u] = __ldg((const uint4*)(blk + 128 + (cc >> 2) * 32 + (cc & 1) * 16));
                 }
             }
+            if constexpr (E)
+                if (early) {
+                    pdl_late(early == 1);
+                    early = 0;
+                }
 #pragma unroll
             for (int u = 0; u < KV_BATCH; u++) {
                 int c = c0 + u * nsub;
@@ -335,6 +338,8 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
             }
         }
     }
+    if constexpr (E)
+        if (early) pdl_late(early == 1); // no chunk of its own: the thread still waits
     mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr); // matvec.cu
 }
 
@@ -351,6 +356,7 @@ __device__ void matvec_k(float* out, float* resid, const signed char* qa, const 
     int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
     int n = meta[which], groups = (N + rpb - 1) / rpb, nsb = K >> 8;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+        int early = MVK_EARLY && g == (int)blockIdx.x ? (TRIGGER_MV ? 1 : 2) : 0;
         int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
         bool live = j < N;
         u64 jj = live ? j : 0;
@@ -361,7 +367,8 @@ __device__ void matvec_k(float* out, float* resid, const signed char* qa, const 
             int m = min(8, n - r0);
 #define MVK_CASE(M)                                                                                                  \
     case M:                                                                                                          \
-        mvk_pass<T, M>(out, resid, qa, ds, row, hdr, d6, bias, r0, K, N, j, live, sub, nsub, wpr, lpr);             \
+        mvk_pass<T, M, MVK_EARLY>(out, resid, qa, ds, row, hdr, d6, bias, r0, K, N, j, live, sub, nsub, wpr, lpr,  \
+                                  r0 == 0 ? early : 0);                                                              \
         break;
             switch (m) {
                 MVK_CASE(1)
@@ -404,7 +411,7 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
     float *out, float *resid, const void *x, const void *ds, const u8 *w, long long rowBytes, long long dOff,      \
         const float *bias, const int *meta, int which, int K, int N, int rpb
 #define MVK_CALL(T)                                                                                                \
-    PDL;                                                                                                         \
+    PDL_DEFER_(TRIGGER_MV, MVK_EARLY);                                                                           \
     matvec_k<T>(out, resid, (const signed char*)x, (const q8k_rec*)ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb)
 #define EMK_ARGS float *out, const u8 *w, long long rowBytes, long long dOff, const int *meta, const int *tokens, int cols, float scale
 #define DQK_ARGS u16 *out, const u8 *w, long long rowBytes, long long dOff, int N, int K
