@@ -112,14 +112,16 @@ ATTENTION(attention_h, u16)
 // merges the partials in order s = 0, 1, ..., so the sum does not depend
 // on which block finished last, and writes out (and, with qa set, the
 // int8 rows as quantize_q8 would). A row of one run skips the partials
-// and the count: its block writes out itself. Needs hd % 4 == 0, hd <= 32·AS_ND,
-// nheads/nkv <= AS_WARPS·AS_HPW and S <= AS_MAXS.
+// and the count: its block writes out itself. Needs hd % 4 == 0, hd <= 32·ND,
+// nheads/nkv <= AS_WARPS·HPW and S <= AS_MAXS. HPW (query heads a warp)
+// and ND (dims a lane) are template arguments: the general kernel takes
+// 4 and 8, and the launches of common shapes take a kernel compiled for
+// theirs (attention_split_gHdN: a quarter of its code or less, with no
+// dead heads or dims in its loops).
 #define AS_WARPS 4
-#define AS_HPW 4
-#define AS_ND 8
 #define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
 
-template <typename C, bool ASYNC>
+template <typename C, bool ASYNC, int HPW, int ND>
 __device__ __forceinline__ void attention_split_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,
@@ -168,13 +170,13 @@ __device__ __forceinline__ void attention_split_t(
     PDL_ATTN;
     PHASE(1);
 
-    float m[AS_HPW], l[AS_HPW], acc[AS_HPW][AS_ND];
+    float m[HPW], l[HPW], acc[HPW][ND];
 #pragma unroll
-    for (int g = 0; g < AS_HPW; g++) {
+    for (int g = 0; g < HPW; g++) {
         m[g] = NEG_INF;
         l[g] = 0.f;
 #pragma unroll
-        for (int k = 0; k < AS_ND; k++) acc[g][k] = 0.f;
+        for (int k = 0; k < ND; k++) acc[g][k] = 0.f;
     }
     for (int t0 = j0; t0 < j1; t0 += kt) {
         int nt = min(kt, j1 - t0);
@@ -211,7 +213,7 @@ __device__ __forceinline__ void attention_split_t(
         __syncthreads();
         if (t0 == j0) PHASE(2);
 #pragma unroll
-        for (int gi = 0; gi < AS_HPW; gi++) {
+        for (int gi = 0; gi < HPW; gi++) {
             int g = warp + gi * AS_WARPS;
             if (g >= G) break;
             float sc = NEG_INF;
@@ -235,13 +237,13 @@ __device__ __forceinline__ void attention_split_t(
             m[gi] = mn;
             if (t0 == j0 && gi == 0) PHASE(3);
 #pragma unroll
-            for (int k = 0; k < AS_ND; k++) acc[gi][k] *= corr;
+            for (int k = 0; k < ND; k++) acc[gi][k] *= corr;
 #pragma unroll 4
             for (int j = 0; j < nt; j++) {
                 float ej = __shfl_sync(0xffffffffu, e, j);
                 const float* vj = Vs + j * hd;
 #pragma unroll
-                for (int k = 0; k < AS_ND; k++) {
+                for (int k = 0; k < ND; k++) {
                     int d = lane + 32 * k;
                     if (d < hd) acc[gi][k] += ej * vj[d];
                 }
@@ -254,12 +256,12 @@ __device__ __forceinline__ void attention_split_t(
     // what the merge of one partial computes.
     if (ns == 1) {
 #pragma unroll
-        for (int gi = 0; gi < AS_HPW; gi++) {
+        for (int gi = 0; gi < HPW; gi++) {
             int g = warp + gi * AS_WARPS;
             if (g >= G) break;
             u64 ob = ((u64)r * nheads + (u64)kvh * G + g) * hd;
 #pragma unroll
-            for (int k = 0; k < AS_ND; k++) {
+            for (int k = 0; k < ND; k++) {
                 int d = lane + 32 * k;
                 if (32 * k >= hd) break;
                 float v = 0.f;
@@ -276,12 +278,12 @@ __device__ __forceinline__ void attention_split_t(
 
     // This block's partials, then the merge by the last block of (r, kvh).
 #pragma unroll
-    for (int gi = 0; gi < AS_HPW; gi++) {
+    for (int gi = 0; gi < HPW; gi++) {
         int g = warp + gi * AS_WARPS;
         if (g >= G) break;
         float* pp = part + (((u64)r * nheads + (u64)kvh * G + g) * S + s) * (hd + 2);
 #pragma unroll
-        for (int k = 0; k < AS_ND; k++) {
+        for (int k = 0; k < ND; k++) {
             int d = lane + 32 * k;
             if (d < hd) pp[d] = acc[gi][k];
         }
@@ -344,18 +346,28 @@ __device__ __forceinline__ void attention_split_t(
     }
 }
 
-#define ATTENTION_SPLIT(name, C, ASYNC)                                                                               \
+#define ATTENTION_SPLIT(name, C, ASYNC, HPW, ND)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) name(                                              \
         float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,   \
         int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,  \
         float* part, int* count, int S, int kt, int keys) {                                                         \
-        attention_split_t<C, ASYNC>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap, window, qa,   \
-                             ds, part, count, S, kt, keys);                                                         \
+        attention_split_t<C, ASYNC, HPW, ND>(out, q, kc, vc, meta, pos, slots, nheads, nkv, hd, cap, scale, softcap,  \
+                                             window, qa, ds, part, count, S, kt, keys);                             \
     }
-ATTENTION_SPLIT(attention_split, float, true)
-ATTENTION_SPLIT(attention_split_h, u16, false)
+ATTENTION_SPLIT(attention_split, float, true, 4, 8)
+ATTENTION_SPLIT(attention_split_h, u16, false, 4, 8)
 // The float kernel without cp.async (WEFT_CUDA_ATTN_SYNC=1, for comparisons).
-ATTENTION_SPLIT(attention_split_sync, float, false)
+ATTENTION_SPLIT(attention_split_sync, float, false, 4, 8)
+// Common shapes (plan.go's attSplitShapes): up to 4 or 8 query heads a kv
+// head, head sizes up to 64 or 128.
+ATTENTION_SPLIT(attention_split_g1d2, float, true, 1, 2)
+ATTENTION_SPLIT(attention_split_g1d4, float, true, 1, 4)
+ATTENTION_SPLIT(attention_split_g2d2, float, true, 2, 2)
+ATTENTION_SPLIT(attention_split_g2d4, float, true, 2, 4)
+ATTENTION_SPLIT(attention_split_g1d2_h, u16, false, 1, 2)
+ATTENTION_SPLIT(attention_split_g1d4_h, u16, false, 1, 4)
+ATTENTION_SPLIT(attention_split_g2d2_h, u16, false, 2, 2)
+ATTENTION_SPLIT(attention_split_g2d4_h, u16, false, 2, 4)
 
 // attention_tiled is the prefill path: one block per (kv head, AT_ROWS
 // consecutive rows). Rows of one slot form a segment whose query vectors

@@ -60,7 +60,12 @@ func kernelNames() []string {
 	names := []string{"rmsnorm", "rope", "store_kv", "attention", "attention_split", "attention_tiled_64", "attention_tiled_128", "add", "glu",
 		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0",
 		"draw_partial", "draw_pick", "mmq_q8_0", "mmq_q4_0", "attention_split_sync"}
-	for _, name := range []string{"rope_store", "store_kv", "attention", "attention_split", "attention_tiled_64", "attention_tiled_128"} {
+	cached := []string{"rope_store", "store_kv", "attention", "attention_split", "attention_tiled_64", "attention_tiled_128"}
+	for _, k := range splitKernels {
+		names = append(names, k)
+		cached = append(cached, k)
+	}
+	for _, name := range cached {
 		names = append(names, name+"_h") // over f16 caches
 	}
 	names = append(names, kquantKernels...)

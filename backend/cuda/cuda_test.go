@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -161,16 +162,16 @@ func TestPlan(t *testing.T) {
 		want []string
 	}{
 		{false, false, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
-			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 		{true, false, []string{"embed_q8_0", "rmsnorm_q8", "rmsnorm", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
-			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 		// mmq reads the int8 rows the fused norm writes for every batch.
 		{true, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
-			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 		{false, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
-			"attention_split", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
+			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 	} {
 		pl, err := plan(validProgram(t), planOptions{gemm: tc.gemm, sms: 4, mmq: tc.mmq})
 		if err != nil {
@@ -318,14 +319,14 @@ func TestPlanMMQ(t *testing.T) {
 	want := []launch{{0, "embed_f32", always}, {1, "rmsnorm_q8", always},
 		{2, "matvec_q4_0", few}, {2, "matvec1_q4_0", one}, {2, "mmq_q4_0", large}, {3, "mmq_q8_0", large},
 		{4, "mmq_q8_0", large}, {3, "matvec3_q8_0", few}, {3, "matvec13_q8_0", one}, {5, "store_kv", always},
-		{6, "attention_split", small}, {6, "attention_tiled_64", large}, {6, "quantize_q8", large},
+		{6, "attention_split_g1d2", small}, {6, "attention_tiled_64", large}, {6, "quantize_q8", large},
 		{7, "matvec_q4_0", few}, {7, "matvec1_q4_0", one}, {7, "mmq_q4_0", large}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("launches %v\nwant %v", got, want)
 	}
 	for _, c := range pl.calls {
 		switch {
-		case c.kernel == "attention_split" && c.args[len(c.args)-7] != scratch(scratchQ8):
+		case strings.HasPrefix(c.kernel, "attention_split") && c.args[len(c.args)-7] != scratch(scratchQ8):
 			t.Errorf("the decode attention does not quantize its output: %+v", c.args)
 		case c.op == 7 && c.args[1] != buf(x):
 			t.Errorf("%s of the output product adds to %+v, want buffer %d", c.kernel, c.args[1], x)
@@ -375,8 +376,8 @@ func TestPlanRopeStore(t *testing.T) {
 		kTable int
 		want   []string
 	}{
-		{"fused", 0, []string{"rope_store", "attention_split"}},
-		{"two tables", 1, []string{"rope", "rope", "store_kv", "attention_split"}},
+		{"fused", 0, []string{"rope_store", "attention_split_g1d2"}},
+		{"two tables", 1, []string{"rope", "rope", "store_kv", "attention_split_g1d2"}},
 	} {
 		b := newProg(t, 1, 4, 1, 32, 64)
 		q, k, v, att := b.buf(64), b.buf(32), b.buf(32), b.buf(64)
@@ -513,15 +514,15 @@ func TestPlanSplitAttention(t *testing.T) {
 		splits, kt             int32
 		keys                   int // planOptions.splitKeys
 	}{
-		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split", "attention_tiled_64"}, 32, 32, 0},
-		{"short", 8, 2, 64, 40, []string{"attention_split", "attention_tiled_64"}, 2, 32, 0},
-		{"long", 8, 2, 64, 100000, []string{"attention_split", "attention_tiled_64"}, attSplitMax, 32, 0},
+		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0},
+		{"short", 8, 2, 64, 40, []string{"attention_split_g1d2", "attention_tiled_64"}, 2, 32, 0},
+		{"long", 8, 2, 64, 100000, []string{"attention_split_g1d2", "attention_tiled_64"}, attSplitMax, 32, 0},
 		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0},
 		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0},
 		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0},
 		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0},
 		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, -1},
-		{"keys-100", 8, 2, 64, 1000, []string{"attention_split", "attention_tiled_64"}, 10, 32, 100},
+		{"keys-100", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 10, 32, 100},
 	} {
 		b := newProg(t, 1, 16, 1, tc.context, tc.heads*tc.hd)
 		q, k, v, att := b.buf(tc.heads*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.heads*tc.hd)
@@ -544,7 +545,7 @@ func TestPlanSplitAttention(t *testing.T) {
 			if c.cond != small {
 				lk = append(lk, c.kernel)
 			}
-			if c.kernel == "attention_split" {
+			if strings.HasPrefix(c.kernel, "attention_split") {
 				n := len(c.args)
 				if c.args[n-3] != i32(int(tc.splits)) || c.args[n-2] != i32(int(tc.kt)) || c.gridX != uint32(tc.kv)*uint32(tc.splits) {
 					t.Errorf("%s: splits %+v, tile %+v, grid %d; want %d splits of %d-key tiles", tc.name, c.args[n-3], c.args[n-2], c.gridX, tc.splits, tc.kt)
@@ -585,12 +586,35 @@ func TestGeometryMatchesSource(t *testing.T) {
 			t.Errorf("kernel source defines %s = %d (found %v), the plan uses %d", name, got, ok, want)
 		}
 	}
-	// attention_split's limits follow from its geometry.
-	if g := defines["AS_WARPS"] * defines["AS_HPW"]; g != attSplitMaxGroup {
-		t.Errorf("attention_split takes %d query heads a kv head, the plan allows %d", g, attSplitMaxGroup)
+	// attention_split's limits follow from its geometry, and each shape's
+	// kernel (splitKernels) is compiled for the heads a warp and dims a
+	// lane the plan gives it, over float and f16 caches.
+	split := func(name string) (hpw, nd int, ok bool) {
+		for _, line := range strings.Split(kernelSource, "\n") {
+			if !strings.HasPrefix(line, "ATTENTION_SPLIT("+name+",") {
+				continue
+			}
+			// name, cache element, async copies, heads a warp, dims a lane
+			f := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "ATTENTION_SPLIT("), ")"), ", ")
+			if len(f) != 5 {
+				return 0, 0, false
+			}
+			h, err1 := strconv.Atoi(f[3])
+			d, err2 := strconv.Atoi(f[4])
+			return h, d, err1 == nil && err2 == nil
+		}
+		return 0, 0, false
 	}
-	if d := 32 * defines["AS_ND"]; d != attSplitMaxDim {
-		t.Errorf("attention_split takes head sizes to %d, the plan allows %d", d, attSplitMaxDim)
+	if h, d, ok := split("attention_split"); !ok || defines["AS_WARPS"]*h != attSplitMaxGroup || 32*d != attSplitMaxDim {
+		t.Errorf("attention_split takes %d query heads a kv head and head sizes to %d (found %v), the plan allows %d and %d",
+			defines["AS_WARPS"]*h, 32*d, ok, attSplitMaxGroup, attSplitMaxDim)
+	}
+	for shape, name := range splitKernels {
+		for _, n := range []string{name, name + "_h"} {
+			if h, d, ok := split(n); !ok || h != shape[0] || d != shape[1] {
+				t.Errorf("%s is compiled for %d heads a warp and %d dims a lane (found %v), the plan takes %v", n, h, d, ok, shape)
+			}
+		}
 	}
 	if !strings.Contains(kernelSource, "__launch_bounds__(32 * GLU_WARPS,") {
 		t.Error("the GLU kernels are not bounded by GLU_WARPS warps")
@@ -622,6 +646,30 @@ func TestPlanF16Cache(t *testing.T) {
 		}
 		if n < 2 {
 			t.Errorf("f16 cache %v: %d cache kernels planned", f16, n)
+		}
+	}
+}
+
+func TestSplitKernel(t *testing.T) {
+	for _, tc := range []struct {
+		g, hd int
+		wide  bool
+		want  string
+	}{
+		{4, 64, false, "attention_split_g1d2"},  // Llama 3.2 1B
+		{4, 128, false, "attention_split_g1d4"}, // Llama 3 8B
+		{1, 32, false, "attention_split_g1d2"},
+		{3, 40, false, "attention_split_g1d2"},
+		{7, 64, false, "attention_split_g2d2"}, // Qwen2.5 0.5B
+		{8, 96, false, "attention_split_g2d4"},
+		{5, 72, false, "attention_split_g2d4"},
+		{16, 64, false, "attention_split"},
+		{2, 256, false, "attention_split"},
+		{9, 128, false, "attention_split"},
+		{4, 64, true, "attention_split"},
+	} {
+		if got := splitKernel(tc.g, tc.hd, planOptions{attnWide: tc.wide}); got != tc.want {
+			t.Errorf("splitKernel(%d, %d, wide %v) = %s, want %s", tc.g, tc.hd, tc.wide, got, tc.want)
 		}
 	}
 }

@@ -494,35 +494,69 @@ extern "C" __global__ void rope(float* x, const float* invfreq, const int* meta,
 // rope_store is rope of q [rows, nq*hd] and of k [rows, nkv*hd] by one
 // table, then store_kv of k and v: the three ops of a layer's attention
 // input in one launch. One block per (head, row), q heads first; a k
-// head's block stores that head's keys and values once rotated. Grid
-// (nq+nkv, rows).
+// head's block also stores that head's rotated keys and its values. Grid
+// (nq+nkv, rows). Thread t takes pair t (elements t and t+half, or 2t and
+// 2t+1) and, in a k head's block, element t of the values and of the keys
+// past the rotated ones. meta, pos and slots are written by the host
+// before the graph starts and the table is constant, so they are read and
+// the first angles taken before the dependency wait; after it, one round
+// trip loads what the thread writes. Heads wider than the block loop for
+// the rest.
 template <typename C>
 __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v, C* kc, C* vc, const float* invfreq,
                                              const int* meta, const int* pos, const int* slots, int nq, int nkv,
                                              int hd, int half, int neox, int cap) {
+    int h = blockIdx.x, r = blockIdx.y, t = threadIdx.x, T = blockDim.x;
+    int n = meta[0], pr = pos[r], slot = slots[r]; // one round trip for the three (rows past n are allocated)
+    float p = (float)pr, s0 = 0.f, c0 = 1.f;
+    if (t < half) sincosf(p * invfreq[t], &s0, &c0);
     PDL;
-    int h = blockIdx.x, r = blockIdx.y;
-    int n = meta[0], pr = pos[r]; // one round trip for both
     if (r >= n) return;
     int kvdim = nkv * hd;
-    float p = (float)pr;
-    float* x = h < nq ? q + (u64)r * nq * hd + h * hd : k + (u64)r * kvdim + (h - nq) * hd;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    bool isk = h >= nq;
+    float* x = !isk ? q + (u64)r * nq * hd + h * hd : k + (u64)r * kvdim + (h - nq) * hd;
+    const float* vs = v + (u64)r * kvdim + (isk ? h - nq : 0) * hd;
+    u64 at = ((u64)slot * cap + pr % cap) * kvdim + (u64)(isk ? h - nq : 0) * hd;
+    C* kd = kc + at;
+    C* vd = vc + at;
+    bool pair = t < half, elem = isk && t < hd, tail = elem && t >= 2 * half;
+    int ia = neox ? t : 2 * t, ib = neox ? t + half : 2 * t + 1;
+    float x0 = 0.f, x1 = 0.f, ve = 0.f, xe = 0.f;
+    if (pair) {
+        x0 = x[ia];
+        x1 = x[ib];
+    }
+    if (elem) ve = vs[t];
+    if (tail) xe = x[t];
+    if (pair) {
+        float y0 = x0 * c0 - x1 * s0, y1 = x0 * s0 + x1 * c0;
+        x[ia] = y0;
+        x[ib] = y1;
+        if (isk) {
+            cst(kd, ia, y0);
+            cst(kd, ib, y1);
+        }
+    }
+    if (elem) cst(vd, t, ve);
+    if (tail) cst(kd, t, xe);
+    for (int i = t + T; i < half; i += T) {
         float s, c;
         sincosf(p * invfreq[i], &s, &c);
-        int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        float x0 = x[ia], x1 = x[ib];
-        x[ia] = x0 * c - x1 * s;
-        x[ib] = x0 * s + x1 * c;
+        int ja = neox ? i : 2 * i, jb = neox ? i + half : 2 * i + 1;
+        float a = x[ja], b = x[jb];
+        float y0 = a * c - b * s, y1 = a * s + b * c;
+        x[ja] = y0;
+        x[jb] = y1;
+        if (isk) {
+            cst(kd, ja, y0);
+            cst(kd, jb, y1);
+        }
     }
-    if (h < nq) return;
-    __syncthreads();
-    int off = (h - nq) * hd;
-    u64 at = ((u64)slots[r] * cap + pr % cap) * kvdim + off;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        cst(kc, at + i, k[(u64)r * kvdim + off + i]);
-        cst(vc, at + i, v[(u64)r * kvdim + off + i]);
-    }
+    if (isk)
+        for (int i = t + T; i < hd; i += T) {
+            cst(vd, i, vs[i]);
+            if (i >= 2 * half) cst(kd, i, x[i]);
+        }
 }
 
 #define ROPE_STORE(name, C)                                                                                   \

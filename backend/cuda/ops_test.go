@@ -205,6 +205,21 @@ func opCases() []opCase {
 				b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: out, A: q, NHeads: 4, NKV: 2, HeadDim: 24, Scale: 0.2})
 			}})
 	}
+	// Heads wider than rope_store's block (256 threads): its threads loop
+	// for the values and the keys past the rotated ones.
+	cases = append(cases, opCase{name: "rope+store/wide", maxRows: 3, slots: 1, context: 12, vocab: 640, tol: 1e-5,
+		build: func(b *progBuilder, out backend.BufID) {
+			q, k, v := b.buf(640), b.buf(320), b.buf(320)
+			b.fill(q, 1)
+			b.fill(k, 1)
+			b.fill(v, 1)
+			b.cache(320, 12)
+			tab := b.rope(128, 10000)
+			b.op(backend.Op{Kind: backend.OpRope, A: q, Table: tab, Layout: backend.RopeNeoX, NHeads: 2, HeadDim: 320, RopeDim: 128})
+			b.op(backend.Op{Kind: backend.OpRope, A: k, Table: tab, Layout: backend.RopeNeoX, NHeads: 1, HeadDim: 320, RopeDim: 128})
+			b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
+			b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: out, A: q, NHeads: 2, NKV: 1, HeadDim: 320, Scale: 0.05})
+		}})
 	// A norm, a GLU and attention quantize their own outputs for the
 	// Q8_0/Q4_0 product after them; above smallRows rows the products run
 	// on cuBLAS in f16 or, with WEFT_MMQ=1, on mmq (the tiled attention's
@@ -329,7 +344,7 @@ func opCases() []opCase {
 		// position 1,100: more than 32 runs, two partials a lane in the
 		// merge.
 		{"long", 8, 2, 64, 0, 0, 8, 1}, {"long-gqa16-odd", 16, 1, 44, 0, 0, 3, 2}, {"mha-5", 5, 5, 32, 0, 0, 4, 1},
-		{"long-1400", 4, 1, 64, 0, 0, 96, 1},
+		{"long-1400", 4, 1, 64, 0, 0, 96, 1}, {"gqa6-96", 12, 2, 96, 0, 0, 6, 2},
 	} {
 		maxRows, slots, context, steps := ac.maxRows, ac.slots, 40, 0
 		switch {
@@ -388,6 +403,11 @@ func TestOpsAgainstCPU(t *testing.T) {
 			t.Run("split/"+tc.name, func(t *testing.T) {
 				defer func(k int) { splitKeys = k }(splitKeys)
 				splitKeys = 8
+				run(t, tc.tol)
+			})
+			// The general decode kernel for shapes that have their own.
+			t.Run("general/"+tc.name, func(t *testing.T) {
+				t.Setenv("WEFT_CUDA_ATTN_GENERAL", "1")
 				run(t, tc.tol)
 			})
 			// Both backends round the cached keys and values to f16 the

@@ -263,6 +263,7 @@ type planOptions struct {
 	noOneRow  bool // no one-row twins (WEFT_CUDA_ONEROW=0)
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
 	attnSync  bool // attention_split_sync for float caches (WEFT_CUDA_ATTN_SYNC=1, for comparisons)
+	attnWide  bool // the general attention_split for every shape (WEFT_CUDA_ATTN_GENERAL=1, for comparisons)
 	noBreak   bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
 	twinGrid  int  // blocks a multiprocessor for the one-row product twins (0: mvGridPerSM; WEFT_CUDA_TWIN_GRID, for comparisons)
 	glu1Warps int  // warps of a one-row GLU block (0: gluTwin chooses; WEFT_CUDA_GLU1_WARPS, for comparisons)
@@ -661,7 +662,7 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 			if strings.HasPrefix(calls[i].kernel, "attention") {
 				calls[i].kernel = cacheKernel(calls[i].kernel, p.Caches[op.Layer])
 			}
-			if opt.attnSync && calls[i].kernel == "attention_split" {
+			if opt.attnSync && strings.HasPrefix(calls[i].kernel, "attention_split") && !strings.HasSuffix(calls[i].kernel, "_h") {
 				calls[i].kernel = "attention_split_sync"
 			}
 		}

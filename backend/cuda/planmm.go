@@ -267,9 +267,36 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	rows := min(p.MaxRows, smallRows)
 	pl.need(scratchAttnPart, 4*rows*op.NHeads*splits*(hd+2))
 	pl.need(scratchAttnCount, 4*rows*op.NKV)
-	return call{kernel: "attention_split", gridX: uint32(op.NKV * splits), gridY: gridAll, block: 32 * attSplitWarps,
+	return call{kernel: splitKernel(g, hd, opt), gridX: uint32(op.NKV * splits), gridY: gridAll, block: 32 * attSplitWarps,
 		shared: uint32(smem(kt)), which: metaRows,
 		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt), i32(keys))}, true
+}
+
+// splitKernels are the attention_split kernels compiled for common shapes
+// (attention.cu's attention_split_gHdN: H query heads a warp, N dims a
+// lane), by heads a warp and dims a lane.
+var splitKernels = map[[2]int]string{
+	{1, 2}: "attention_split_g1d2", {1, 4}: "attention_split_g1d4",
+	{2, 2}: "attention_split_g2d2", {2, 4}: "attention_split_g2d4",
+}
+
+// splitKernel is the attention_split kernel for g query heads a kv head
+// and heads of hd: the one compiled for the fewest heads a warp and dims
+// a lane that hold them, else (or with opt.attnWide) the general kernel.
+// The general kernel's loops run over 4 heads and 8 dims whatever the
+// shape; a shape's own kernel has a quarter of its code or less.
+func splitKernel(g, hd int, opt planOptions) string {
+	hpw, nd := 1, 2
+	for hpw*attSplitWarps < g {
+		hpw *= 2
+	}
+	for nd*32 < hd {
+		nd *= 2
+	}
+	if k, ok := splitKernels[[2]int{hpw, nd}]; ok && !opt.attnWide {
+		return k
+	}
+	return "attention_split"
 }
 
 // ropeStoreFusable reports whether rope of q, rope of k and the store of
