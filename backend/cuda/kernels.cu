@@ -502,6 +502,19 @@ extern "C" __global__ void rope(float* x, const float* invfreq, const int* meta,
 // the first angles taken before the dependency wait; after it, one round
 // trip loads what the thread writes. Heads wider than the block loop for
 // the rest.
+// rope_pair_store rotates the pair (x0, x1) of elements ia and ib by the
+// angle of cosine c and sine s into x and, where kd is set, the cache.
+template <typename C>
+__device__ __forceinline__ void rope_pair_store(float* x, C* kd, int ia, int ib, float x0, float x1, float c, float s) {
+    float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+    x[ia] = y0;
+    x[ib] = y1;
+    if (kd) {
+        cst(kd, ia, y0);
+        cst(kd, ib, y1);
+    }
+}
+
 template <typename C>
 __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v, C* kc, C* vc, const float* invfreq,
                                              const int* meta, const int* pos, const int* slots, int nq, int nkv,
@@ -528,29 +541,14 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
     }
     if (elem) ve = vs[t];
     if (tail) xe = x[t];
-    if (pair) {
-        float y0 = x0 * c0 - x1 * s0, y1 = x0 * s0 + x1 * c0;
-        x[ia] = y0;
-        x[ib] = y1;
-        if (isk) {
-            cst(kd, ia, y0);
-            cst(kd, ib, y1);
-        }
-    }
+    if (pair) rope_pair_store(x, isk ? kd : nullptr, ia, ib, x0, x1, c0, s0);
     if (elem) cst(vd, t, ve);
     if (tail) cst(kd, t, xe);
     for (int i = t + T; i < half; i += T) {
         float s, c;
         sincosf(p * invfreq[i], &s, &c);
         int ja = neox ? i : 2 * i, jb = neox ? i + half : 2 * i + 1;
-        float a = x[ja], b = x[jb];
-        float y0 = a * c - b * s, y1 = a * s + b * c;
-        x[ja] = y0;
-        x[jb] = y1;
-        if (isk) {
-            cst(kd, ja, y0);
-            cst(kd, jb, y1);
-        }
+        rope_pair_store(x, isk ? kd : nullptr, ja, jb, x[ja], x[jb], c, s);
     }
     if (isk)
         for (int i = t + T; i < hd; i += T) {

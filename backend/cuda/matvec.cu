@@ -188,6 +188,10 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
                                 mvq_loadx<T, pre1>(xp[u], dp[u], qa, ds, r0, K, nb, c0 + u * nsub);
                 }
             } else {
+                // Kept apart from the loop above, so that the kernels that
+                // do not defer their wait compile as they did before it
+                // (one loop for both gave matvec_q4_0 128 registers and
+                // spills instead of 91).
 #pragma unroll
                 for (int u = 0; u < B; u++) {
                     int c = c0 + u * nsub;

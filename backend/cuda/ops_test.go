@@ -186,40 +186,33 @@ func opCases() []opCase {
 				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: a, W: b.mat(wc.typ, wc.n, wc.k, 0.5), Bias: b.vec(wc.n, 0, 1)})
 			}})
 	}
-	// Rope of q and k and the store of k and v run as one launch.
+	// Rope of q and k and the store of k and v run as one launch; heads
+	// wider than its block (256 threads) loop for the values and the keys
+	// past the rotated ones.
 	for _, rc := range []struct {
-		name            string
-		layout, maxRows int
-	}{{"neox", backend.RopeNeoX, 5}, {"interleaved", backend.RopeInterleaved, 20}} {
-		cases = append(cases, opCase{name: "rope+store/" + rc.name, maxRows: rc.maxRows, slots: 2, context: 40, vocab: 96, tol: 1e-5,
+		name                            string
+		layout, maxRows, slots, context int
+		heads, kv, hd, ropeDim          int
+		scale                           float32
+	}{
+		{"neox", backend.RopeNeoX, 5, 2, 40, 4, 2, 24, 16, 0.2},
+		{"interleaved", backend.RopeInterleaved, 20, 2, 40, 4, 2, 24, 16, 0.2},
+		{"wide", backend.RopeNeoX, 3, 1, 12, 2, 1, 320, 128, 0.05},
+	} {
+		cases = append(cases, opCase{name: "rope+store/" + rc.name, maxRows: rc.maxRows, slots: rc.slots, context: rc.context, vocab: rc.heads * rc.hd, tol: 1e-5,
 			build: func(b *progBuilder, out backend.BufID) {
-				q, k, v := b.buf(96), b.buf(48), b.buf(48)
+				q, k, v := b.buf(rc.heads*rc.hd), b.buf(rc.kv*rc.hd), b.buf(rc.kv*rc.hd)
 				b.fill(q, 1)
 				b.fill(k, 1)
 				b.fill(v, 1)
-				b.cache(48, 40)
-				tab := b.rope(16, 10000)
-				b.op(backend.Op{Kind: backend.OpRope, A: q, Table: tab, Layout: rc.layout, NHeads: 4, HeadDim: 24, RopeDim: 16})
-				b.op(backend.Op{Kind: backend.OpRope, A: k, Table: tab, Layout: rc.layout, NHeads: 2, HeadDim: 24, RopeDim: 16})
+				b.cache(rc.kv*rc.hd, rc.context)
+				tab := b.rope(rc.ropeDim, 10000)
+				b.op(backend.Op{Kind: backend.OpRope, A: q, Table: tab, Layout: rc.layout, NHeads: rc.heads, HeadDim: rc.hd, RopeDim: rc.ropeDim})
+				b.op(backend.Op{Kind: backend.OpRope, A: k, Table: tab, Layout: rc.layout, NHeads: rc.kv, HeadDim: rc.hd, RopeDim: rc.ropeDim})
 				b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
-				b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: out, A: q, NHeads: 4, NKV: 2, HeadDim: 24, Scale: 0.2})
+				b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: out, A: q, NHeads: rc.heads, NKV: rc.kv, HeadDim: rc.hd, Scale: rc.scale})
 			}})
 	}
-	// Heads wider than rope_store's block (256 threads): its threads loop
-	// for the values and the keys past the rotated ones.
-	cases = append(cases, opCase{name: "rope+store/wide", maxRows: 3, slots: 1, context: 12, vocab: 640, tol: 1e-5,
-		build: func(b *progBuilder, out backend.BufID) {
-			q, k, v := b.buf(640), b.buf(320), b.buf(320)
-			b.fill(q, 1)
-			b.fill(k, 1)
-			b.fill(v, 1)
-			b.cache(320, 12)
-			tab := b.rope(128, 10000)
-			b.op(backend.Op{Kind: backend.OpRope, A: q, Table: tab, Layout: backend.RopeNeoX, NHeads: 2, HeadDim: 320, RopeDim: 128})
-			b.op(backend.Op{Kind: backend.OpRope, A: k, Table: tab, Layout: backend.RopeNeoX, NHeads: 1, HeadDim: 320, RopeDim: 128})
-			b.op(backend.Op{Kind: backend.OpStoreKV, Layer: 0, A: k, B: v})
-			b.op(backend.Op{Kind: backend.OpAttention, Layer: 0, Out: out, A: q, NHeads: 2, NKV: 1, HeadDim: 320, Scale: 0.05})
-		}})
 	// A norm, a GLU and attention quantize their own outputs for the
 	// Q8_0/Q4_0 product after them; above smallRows rows the products run
 	// on cuBLAS in f16 or, with WEFT_MMQ=1, on mmq (the tiled attention's
