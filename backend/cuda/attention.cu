@@ -358,7 +358,7 @@ ATTENTION_SPLIT(attention_split, float, true, 4, 8)
 ATTENTION_SPLIT(attention_split_h, u16, false, 4, 8)
 // The float kernel without cp.async (WEFT_CUDA_ATTN_SYNC=1, for comparisons).
 ATTENTION_SPLIT(attention_split_sync, float, false, 4, 8)
-// Common shapes (plan.go's attSplitShapes): up to 4 or 8 query heads a kv
+// Common shapes (planmm.go's splitKernels): up to 4 or 8 query heads a kv
 // head, head sizes up to 64 or 128.
 ATTENTION_SPLIT(attention_split_g1d2, float, true, 1, 2)
 ATTENTION_SPLIT(attention_split_g1d4, float, true, 1, 4)

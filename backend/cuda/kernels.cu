@@ -61,7 +61,9 @@ __device__ __forceinline__ float4 cld4(const u16* p, u64 i) {
     return make_float4(h2f((u16)(u.x & 0xffff)), h2f((u16)(u.x >> 16)), h2f((u16)(u.y & 0xffff)), h2f((u16)(u.y >> 16)));
 }
 
-// pdl opens every kernel (through PDL, below): launched with programmatic
+// pdl opens every kernel (through PDL, below; the products that defer it
+// call it through pdl_late once their first weight loads are issued,
+// matvec.cu's MV_EARLY): launched with programmatic
 // stream serialization (as graph replays are, on sm_90 and newer) a kernel
 // may start before the one before it has finished; it waits here until
 // that one's writes are visible, then (trigger) lets the next kernel start
@@ -76,8 +78,9 @@ __device__ __forceinline__ void pdl(bool trigger) {
 
 // Kernel classes whose blocks do not trigger the next launch early, for
 // comparisons (WEFT_CUDA_LATE=all,glu,mv,attn defines WEFT_LATE_*; nvrtc.go):
-// PDL_GLU opens the GLU kernels, PDL_MV the other products, PDL_ATTN the
-// decode attention, PDL the rest.
+// TRIGGER_GLU for the GLU kernels, TRIGGER_MV for the other products
+// (K-quants included), PDL_ATTN for the decode attention, PDL for the
+// rest.
 #ifndef WEFT_LATE_ALL
 #define WEFT_LATE_ALL 0
 #endif
@@ -520,7 +523,7 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
                                              const int* meta, const int* pos, const int* slots, int nq, int nkv,
                                              int hd, int half, int neox, int cap) {
     int h = blockIdx.x, r = blockIdx.y, t = threadIdx.x, T = blockDim.x;
-    int n = meta[0], pr = pos[r], slot = slots[r]; // one round trip for the three (rows past n are allocated)
+    int n = meta[0], pr = pos[r], slot = slots[r]; // one round trip for the three (pos and slots hold MaxRows)
     float p = (float)pr, s0 = 0.f, c0 = 1.f;
     if (t < half) sincosf(p * invfreq[t], &s0, &c0);
     PDL;

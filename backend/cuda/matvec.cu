@@ -188,10 +188,10 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
                                 mvq_loadx<T, pre1>(xp[u], dp[u], qa, ds, r0, K, nb, c0 + u * nsub);
                 }
             } else {
-                // Kept apart from the loop above, so that the kernels that
-                // do not defer their wait compile as they did before it
-                // (one loop for both gave matvec_q4_0 128 registers and
-                // spills instead of 91).
+                // Kept apart from the loop above, so that with the early
+                // loads off (MV_EARLY, MVB_EARLY = 0) the kernels compile as
+                // they did before them (one loop for both gave matvec_q4_0
+                // 128 registers and spills instead of 91).
 #pragma unroll
                 for (int u = 0; u < B; u++) {
                     int c = c0 + u * nsub;
@@ -420,6 +420,8 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
         }
 #undef MV_CASE
     }
+    // A batch of no rows would run no pass and so never wait; Validate
+    // allows none (branch attn-q adds a guard, not yet run on a GPU).
 }
 
 // matvec: out[r, j] = W[j] · x[r] (+ bias[j]) for r < meta[which]. Blocks
@@ -613,9 +615,9 @@ MATVEC3(matvec3_q4_0, W_Q4_0, MVR, MV_BATCH)
 MATVEC3(matvec13_f32, W_F32, 1, MV_BATCH1)
 MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
 MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
-// The quantized one-row kernels at 72 registers, where 7 of their blocks
-// fit on a multiprocessor (the early loads, MV_EARLY, took matvec13_q8_0
-// to 78 unbounded).
+// The quantized one-row kernels bounded for 7 blocks a multiprocessor (73
+// registers): the early loads (MV_EARLY) took matvec13_q8_0 to 78
+// unbounded; bounded, NVRTC picks 64 and 62, so 8 fit.
 MATVEC3_LB(matvec13_q8_0, W_Q8_0, 1, MV13Q_BATCH, 7)
 MATVEC3_LB(matvec13_q4_0, W_Q4_0, 1, MV13Q_BATCH, 7)
 

@@ -258,8 +258,8 @@ __device__ __forceinline__ void kq_chunk(int c, uint4 q, uint4 hb, int (&lo)[4],
 // lane takes chunks of 16 bytes of quants, 32 elements each; per
 // sub-block the integer dot product is scaled as the CPU backend does:
 // Q4_K/Q5_K d·da·Σ sc·(q·a) − dmin·da·Σ m·Σa, Q6_K d·da·Σ sc·(q·a − 32·Σa).
-// With E and early set, the thread waits for the kernel before once its
-// first batch of weight loads is issued (MVK_EARLY; mvq_dot's early).
+// With E and early set, the thread issues its first batch of weight loads
+// and then waits for the kernel before (MVK_EARLY, as mvq_dot's early).
 template <int T, int M, bool E = false>
 __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
                                          const u8* row, const uint4* hdr, const u16* d6, const float* bias, int r0,

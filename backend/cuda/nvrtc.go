@@ -148,9 +148,10 @@ func compileOptions() []string {
 	if traceOn() {
 		opts = append(opts, "-DWEFT_TRACE")
 	}
-	// WEFT_CUDA_LATE: kernel classes (all, glu, mv, attn) that let the
-	// next launch start only as their blocks leave (kernels.cu's PDL_*),
-	// for comparisons.
+	// WEFT_CUDA_LATE: kernel classes (all, glu, mv: the other products,
+	// K-quants included; attn) that let the next launch start only as
+	// their blocks leave (kernels.cu's PDL_* and TRIGGER_*), for
+	// comparisons.
 	for c := range strings.SplitSeq(os.Getenv("WEFT_CUDA_LATE"), ",") {
 		if slices.Contains([]string{"all", "glu", "mv", "attn"}, c) {
 			opts = append(opts, "-DWEFT_LATE_"+strings.ToUpper(c))
