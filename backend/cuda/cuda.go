@@ -74,8 +74,11 @@ func kernelNames() []string {
 		if kLayouts[typ] == nil { // the fused kernels (plangroup.go) take the types of matvec.cu
 			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix)
 		}
-		if _, ok := oneRowTypes[suffix]; ok {
-			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
+		if ty, ok := oneRowTypes[suffix]; ok {
+			names = append(names, "matvec1_"+suffix)
+			if !ty.plain {
+				names = append(names, "matvec13_"+suffix, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
+			}
 		}
 		if suffix != "f32" && suffix != "f16" {
 			names = append(names, "deq_f16_"+suffix)

@@ -419,10 +419,10 @@ func TestPlanK(t *testing.T) {
 			}
 			got = append(got, name)
 		}
-		want := []string{"embed_f32", "quantize_q8k", "matvec_q4_k", "matvec_q6_k", "quantize_q8k", "matvec_q5_k"}
+		want := []string{"embed_f32", "quantize_q8k", "matvec_q4_k", "matvec1_q4_k", "matvec_q6_k", "matvec1_q6_k", "quantize_q8k", "matvec_q5_k", "matvec1_q5_k"}
 		if gemm {
-			want = []string{"embed_f32", "quantize_q8k", "matvec_q4_k", "to_f16_q8k", "deq_f16_q4_k", "gemm", "matvec_q6_k",
-				"deq_f16_q6_k", "gemm", "quantize_q8k", "matvec_q5_k", "to_f16_q8k", "deq_f16_q5_k", "gemm", "add_bias"}
+			want = []string{"embed_f32", "quantize_q8k", "matvec_q4_k", "matvec1_q4_k", "to_f16_q8k", "deq_f16_q4_k", "gemm", "matvec_q6_k", "matvec1_q6_k",
+				"deq_f16_q6_k", "gemm", "quantize_q8k", "matvec_q5_k", "matvec1_q5_k", "to_f16_q8k", "deq_f16_q5_k", "gemm", "add_bias"}
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("gemm %v: launches\n %v\nwant\n %v", gemm, got, want)
@@ -472,10 +472,10 @@ func TestPlanFusesQ8K(t *testing.T) {
 				got = append(got, c.kernel)
 			}
 		}
-		want := []string{"rmsnorm_q8k", "matvec_q4_k", "glu_q8k", "matvec_q6_k", "quantize_q8k", "matvec_q5_k"}
+		want := []string{"rmsnorm_q8k", "matvec_q4_k", "matvec1_q4_k", "glu_q8k", "matvec_q6_k", "matvec1_q6_k", "quantize_q8k", "matvec_q5_k", "matvec1_q5_k"}
 		if gemm {
-			want = []string{"rmsnorm_q8k", "rmsnorm", "matvec_q4_k", "to_f16_q8k", "deq_f16_q4_k", "glu_q8k", "glu", "matvec_q6_k",
-				"to_f16_q8k", "deq_f16_q6_k", "quantize_q8k", "matvec_q5_k", "to_f16_q8k", "deq_f16_q5_k"}
+			want = []string{"rmsnorm_q8k", "rmsnorm", "matvec_q4_k", "matvec1_q4_k", "to_f16_q8k", "deq_f16_q4_k", "glu_q8k", "glu", "matvec_q6_k", "matvec1_q6_k",
+				"to_f16_q8k", "deq_f16_q6_k", "quantize_q8k", "matvec_q5_k", "matvec1_q5_k", "to_f16_q8k", "deq_f16_q5_k"}
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("gemm %v: launches\n %v\nwant\n %v", gemm, got, want)

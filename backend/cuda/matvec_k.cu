@@ -347,8 +347,10 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
 
 // matvec_k is matvec.cu's matvec for K-quant weights: blocks of MV_WARPS
 // warps cover rpb output rows (8, 4, 2 or 1), looping over the groups of
-// rows, in passes of up to 8 activation rows.
-template <int T>
+// rows, in passes of up to 8 activation rows, or (MAXM = 1: matvec1_q*_k,
+// onerow.go) of the one row of a decode step, whose kernel then keeps
+// only that pass's registers.
+template <int T, int MAXM = 8>
 __device__ void matvec_k(float* out, float* resid, const signed char* qa, const q8k_rec* ds, const u8* w,
                          long long rowBytes, long long dOff, const float* bias, const int* meta, int which, int K,
                          int N, int rpb) {
@@ -365,6 +367,10 @@ __device__ void matvec_k(float* out, float* resid, const signed char* qa, const 
         const u8* row = w + jj * (u64)rowBytes;
         const uint4* hdr = (const uint4*)(w + dOff) + jj * nsb;
         const u16* d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + jj * nsb;
+        if constexpr (MAXM == 1) {
+            mvk_pass<T, 1, MVK_EARLY>(out, resid, qa, ds, row, hdr, d6, bias, 0, K, N, j, live, sub, nsub, wpr, lpr, early);
+            continue;
+        }
         for (int r0 = 0; r0 < n; r0 += 8) {
             int m = min(8, n - r0);
 #define MVK_CASE(M)                                                                                                  \
@@ -412,15 +418,19 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
 #define MVK_ARGS                                                                                                   \
     float *out, float *resid, const void *x, const void *ds, const u8 *w, long long rowBytes, long long dOff,      \
         const float *bias, const int *meta, int which, int K, int N, int rpb
-#define MVK_CALL(T)                                                                                                \
+#define MVK_CALL(T, MAXM)                                                                                          \
     PDL_DEFER_(TRIGGER_MV, MVK_EARLY);                                                                           \
-    matvec_k<T>(out, resid, (const signed char*)x, (const q8k_rec*)ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb)
+    matvec_k<T, MAXM>(out, resid, (const signed char*)x, (const q8k_rec*)ds, w, rowBytes, dOff, bias, meta, which, K, N, \
+                      rpb)
 #define EMK_ARGS float *out, const u8 *w, long long rowBytes, long long dOff, const int *meta, const int *tokens, int cols, float scale
 #define DQK_ARGS u16 *out, const u8 *w, long long rowBytes, long long dOff, int N, int K
 
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K); }
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K); }
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K, 1); }
 extern "C" __global__ void embed_q4_k(EMK_ARGS) { PDL; embed_k<W_Q4_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
 extern "C" __global__ void embed_q5_k(EMK_ARGS) { PDL; embed_k<W_Q5_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
 extern "C" __global__ void embed_q6_k(EMK_ARGS) { PDL; embed_k<W_Q6_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }

@@ -45,16 +45,22 @@ func withoutOne(c cond) cond {
 // type's (quant): it keeps rowsPerBlock's rows a block (and MV_BATCH loads
 // in flight) rather than half a warp a row (oneRowRowsPerBlock), comes
 // for launches of any size and runs oneRowQuantGrid blocks a
-// multiprocessor.
+// multiprocessor. The K-quants (plain) have only the plain product's twin
+// (matvec1_q*_k: their products are not grouped or fused with a GLU); it
+// keeps 48-64 registers where matvec_q*_k takes 80-144 (NVRTC 11.8).
 var oneRowTypes = map[string]struct {
 	chunks func(k int) int
 	quant  bool
+	plain  bool
 }{
-	"f32":  {func(k int) int { return k / 4 }, false},
-	"f16":  {func(k int) int { return k / 8 }, false},
-	"bf16": {func(k int) int { return k / 8 }, false},
-	"q8_0": {func(k int) int { return k / 16 }, true},
-	"q4_0": {func(k int) int { return k / 32 }, true},
+	"f32":  {func(k int) int { return k / 4 }, false, false},
+	"f16":  {func(k int) int { return k / 8 }, false, false},
+	"bf16": {func(k int) int { return k / 8 }, false, false},
+	"q8_0": {func(k int) int { return k / 16 }, true, false},
+	"q4_0": {func(k int) int { return k / 32 }, true, false},
+	"q4_k": {func(k int) int { return k / 32 }, true, true},
+	"q5_k": {func(k int) int { return k / 32 }, true, true},
+	"q6_k": {func(k int) int { return k / 32 }, true, true},
 }
 
 // oneRowQuantGrid bounds the grid of a quantized type's one-row product
@@ -81,7 +87,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		kind, typ = "matvec_glu", typ[len("glu_"):]
 	}
 	ty, known := oneRowTypes[typ]
-	if !ok || !known {
+	if !ok || !known || ty.plain && kind != "matvec" {
 		return call{}, false
 	}
 	rowsPer, grid := oneRowRowsPerBlock, mvGridPerSM

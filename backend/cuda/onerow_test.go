@@ -15,7 +15,8 @@ import (
 func TestOneRowTwin(t *testing.T) {
 	opt := planOptions{sms: 132}
 	rowBytes := map[string]func(k int) int{"f32": func(k int) int { return 4 * k }, "f16": func(k int) int { return 2 * k },
-		"bf16": func(k int) int { return 2 * k }, "q8_0": func(k int) int { return k }, "q4_0": func(k int) int { return k / 2 }}
+		"bf16": func(k int) int { return 2 * k }, "q8_0": func(k int) int { return k }, "q4_0": func(k int) int { return k / 2 },
+		"q4_k": func(k int) int { return k / 2 }, "q6_k": func(k int) int { return k * 3 / 4 }}
 	mv := func(typ string, k, n, rpb int) call {
 		return call{kernel: "matvec_" + typ, cond: small, args: []arg{null, null, null, null, null, i64(rowBytes[typ](k)), i64(0), null,
 			null, i32(0), i32(k), i32(n), i32(rpb)}}
@@ -51,6 +52,9 @@ func TestOneRowTwin(t *testing.T) {
 		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0},   // 12 MiB of gate and up rows
 		{glu("q8_0", 8192, 512), "matvec1_glu_q8_0", -1, 0},    // 8 MiB: N rows, not K
 		{glu("q8_0", 4096, 14336), "matvec1w_glu_q8_0", -1, 0}, // the 8B GLU, 112 MiB: the wide kernel
+		{mv("q4_k", 2048, 2048, 4), "matvec1_q4_k", 4, 512},
+		{mv("q6_k", 2048, 128256, 8), "matvec1_q6_k", 8, 1056}, // a tied Q6_K output matrix
+		{mv("q4_k", 14336, 4096, 4), "matvec1_q4_k", 4, 1024},
 	} {
 		got, ok := oneRowTwin(tc.c, opt)
 		if !ok || got.kernel != tc.kernel || got.cond != one {
@@ -70,7 +74,7 @@ func TestOneRowTwin(t *testing.T) {
 		glu("f16", 4096, 2560),              // 40 MiB: gate and up both count
 		glu("bf16", 4096, 14336),            // the 8B GLU, 224 MiB (wide if it had a twin)
 		mv3("bf16", 4096, 4096, 1024, 1024), // the 8B q, k and v, 48 MiB
-		{kernel: "matvec_q4_k", cond: small}, {kernel: "matvec_q6_k", cond: always},
+		{kernel: "matvec_q4_k", cond: large}, {kernel: "matvec_glu_q4_k", cond: small},
 		{kernel: "matvec_bf16", cond: large}, {kernel: "rmsnorm_q8", cond: small},
 		{kernel: "mmq_q4_0", cond: large},
 	} {
