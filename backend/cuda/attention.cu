@@ -414,7 +414,8 @@ __device__ __forceinline__ void attention_split_w_t(
     float* Vs = Ks + kt * HDP;        // [kt][HD]
     float* Qs = Vs + kt * HD;         // [AW_HEADS][HD]
     float* Ps = Qs + AW_HEADS * HD;   // [AW_HEADS][DQ][32]: partial scores
-    float* Ws = Ps + AW_HEADS * HD;   // [AW_HEADS][AS_MAXS]: merge weights
+    float* Es = Ps + AW_HEADS * HD;   // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
+    float* Ws = Es + AW_HEADS * HD;   // [AW_HEADS][AS_MAXS]: merge weights
     int first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
     int ns = min(S, (n + keys - 1) / keys);
     int chunk = ((n + ns - 1) / ns + kt - 1) / kt * kt;
@@ -486,9 +487,25 @@ __device__ __forceinline__ void attention_split_w_t(
             m = mn;
             if (t0 == j0 && warp == 0) PHASE(3);
             acc *= corr;
+            // The weights go through the warp's own shared memory, read
+            // four keys at a time, rather than a shuffle a key: P·V's
+            // shared memory traffic is then what attention_split_gHdN's is
+            // (the values), plus a quarter.
+            float* ew = Es + warp * 32;
+            ew[lane] = e;
+            __syncwarp();
             const float* vd = Vs + 32 * dq + lane;
-#pragma unroll 8
-            for (int j = 0; j < nt; j++) acc += __shfl_sync(0xffffffffu, e, j) * vd[j * HD];
+            int j = 0;
+#pragma unroll 2
+            for (; j + 4 <= nt; j += 4) {
+                float4 e4 = *(const float4*)(ew + j);
+                acc += e4.x * vd[j * HD];
+                acc += e4.y * vd[(j + 1) * HD];
+                acc += e4.z * vd[(j + 2) * HD];
+                acc += e4.w * vd[(j + 3) * HD];
+            }
+            for (; j < nt; j++) acc += ew[j] * vd[j * HD];
+            __syncwarp(); // ew is rewritten at the next tile
         }
     }
 

@@ -555,7 +555,7 @@ func TestPlanSplitAttention(t *testing.T) {
 				n := len(c.args)
 				warps, smem := attSplitWarps, 4*(int(tc.kt)*(2*tc.hd+4)+tc.heads/tc.kv*tc.hd+attSplitWarps*attSplitMax)
 				if strings.HasPrefix(c.kernel, "attention_split_w") {
-					warps, smem = attSplitWHeads*tc.hd/32, 4*(int(tc.kt)*(2*tc.hd+4)+2*attSplitWHeads*tc.hd+attSplitWHeads*attSplitMax)
+					warps, smem = attSplitWHeads*tc.hd/32, 4*(int(tc.kt)*(2*tc.hd+4)+3*attSplitWHeads*tc.hd+attSplitWHeads*attSplitMax)
 				}
 				if c.block != uint32(32*warps) || c.shared != uint32(smem) {
 					t.Errorf("%s: %s in blocks of %d threads with %d bytes of shared memory, want %d and %d", tc.name, c.kernel, c.block, c.shared, 32*warps, smem)

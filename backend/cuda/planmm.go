@@ -255,7 +255,7 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	smem := func(kt int) int { return 4 * (kt*(2*hd+4) + g*hd + attSplitWarps*attSplitMax) }
 	if k, ok := splitWarpKernels[hd]; ok && g <= attSplitWHeads && !opt.attnLane && !opt.attnWide && !opt.attnSync {
 		kernel, warps = k, attSplitWHeads*hd/32
-		smem = func(kt int) int { return 4 * (kt*(2*hd+4) + 2*attSplitWHeads*hd + attSplitWHeads*attSplitMax) }
+		smem = func(kt int) int { return 4 * (kt*(2*hd+4) + 3*attSplitWHeads*hd + attSplitWHeads*attSplitMax) }
 	}
 	kt := 32
 	if smem(kt) > maxStaticShared {
