@@ -541,12 +541,13 @@ __device__ __forceinline__ void attention_split_w_t(
         attention_split_w_t<C, ASYNC, DQ>(out, q, kc, vc, meta, pos, slots, nheads, nkv, cap, scale, softcap, window, qa, \
                                        ds, part, count, S, kt, keys);                                               \
     }
-// Heads of 64 and 128 dims (Llama 3.2 1B and 3 8B) with up to 4 query
-// heads a kv head (planmm.go's planSplitAttention).
+// Heads of 64 dims (Llama 3.2 1B) with up to 4 query heads a kv head
+// (planmm.go's splitWarpKernels). DQ = 4 (128 dims, the 8B shape) was
+// faster from an empty cache (tg128 +4 % on 8B Q4_0) but 9-10 % slower
+// 2,048 positions deep, where its 16-warp blocks' extra softmaxes and
+// barriers run for every 32 keys: the 8B shape keeps attention_split_g1d4.
 ATTENTION_SPLIT_W(attention_split_w2, float, true, 2)
-ATTENTION_SPLIT_W(attention_split_w4, float, true, 4)
 ATTENTION_SPLIT_W(attention_split_w2_h, u16, false, 2)
-ATTENTION_SPLIT_W(attention_split_w4_h, u16, false, 4)
 
 #define ATTENTION_SPLIT(name, C, ASYNC, HPW, ND)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) name(                                              \

@@ -518,7 +518,7 @@ func TestPlanSplitAttention(t *testing.T) {
 	}{
 		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 32, 32, 0, false},
 		{"gqa4-64-lane", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0, true},
-		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_w4", "attention_tiled_128"}, 32, 32, 0, false},
+		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false},
 		{"gqa5-64", 10, 2, 64, 1000, []string{"attention_split_g2d2", "attention_tiled_64"}, 32, 32, 0, false},
 		{"gqa4-96", 8, 2, 96, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false},
 		{"short", 8, 2, 64, 40, []string{"attention_split_w2", "attention_tiled_64"}, 2, 32, 0, false},

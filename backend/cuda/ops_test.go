@@ -344,12 +344,11 @@ func opCases() []opCase {
 		// merge.
 		{"long", 8, 2, 64, 0, 0, 8, 1}, {"long-gqa16-odd", 16, 1, 44, 0, 0, 3, 2}, {"mha-5", 5, 5, 32, 0, 0, 4, 1},
 		{"long-1400", 4, 1, 64, 0, 0, 96, 1}, {"gqa6-96", 12, 2, 96, 0, 0, 6, 2},
-		// Heads of 64 and 128 dims with up to 4 query heads a kv head run
-		// attention_split_wN (above: tiled-64, tiled-128, mha-128, long,
-		// long-1400); these add a ring window with a soft cap, and a kv
-		// head whose 3 query heads leave a quarter of the block's warps
-		// without a head.
-		{"window-softcap-64", 8, 2, 64, 7, 30, 6, 3}, {"long-gqa3-128", 6, 2, 128, 0, 0, 6, 2},
+		// Heads of 64 dims with up to 4 query heads a kv head run
+		// attention_split_w2 (above: tiled-64, long, long-1400); these add
+		// a ring window with a soft cap, and a kv head whose 3 query heads
+		// leave a quarter of the block's warps without a head.
+		{"window-softcap-64", 8, 2, 64, 7, 30, 6, 3}, {"long-gqa3-64", 6, 2, 64, 0, 0, 6, 2},
 	} {
 		maxRows, slots, context, steps := ac.maxRows, ac.slots, 40, 0
 		switch {

@@ -281,10 +281,11 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 // for up to attSplitWHeads query heads a kv head, N warps a query head
 // (one per 32 dims), so that a warp's chain of dependent instructions is
 // an N-th of a kernel whose lane holds whole dot products, and each
-// scheduler has N warps (block traces and ncu of the 8B shape: its
-// attention ran ~10 cycles an instruction in warps alone on their
-// scheduler).
-var splitWarpKernels = map[int]string{64: "attention_split_w2", 128: "attention_split_w4"}
+// scheduler has N warps (ncu of the 8B shape's attention: ~10 cycles an
+// instruction in warps alone on their scheduler). Heads of 128 dims
+// keep attention_split_g1d4: attention_split_w4 lost 9-10 % of tg128
+// 2,048 positions deep (attention.cu).
+var splitWarpKernels = map[int]string{64: "attention_split_w2"}
 
 // attSplitWHeads is attention.cu's AW_HEADS: the most query heads a kv
 // head of attention_split_wN (its blocks have attSplitWHeads·N warps).
