@@ -121,6 +121,106 @@ ATTENTION(attention_h, u16)
 #define AS_WARPS 4
 #define AS_MAXS 64 // the most splits: the merge keeps a weight per split in shared memory
 
+// as_copy copies keys k0 <= key < k1 of the tile at position t0 (keys
+// and values, hd floats each from the kv head at base) into Ks [kt][hdp]
+// and Vs [kt][hd] by cp.async, the block's threads taking 16-byte pieces
+// in turn. as_load does the same with plain loads (f16 caches, whose
+// halves are converted, and cp.async's absence before sm_80).
+template <typename C>
+__device__ __forceinline__ void as_copy(float* Ks, float* Vs, const C* kc, const C* vc, u64 base, int t0, int k0, int k1,
+                                        int hd, int hdp, int kvdim, int cap) {
+#if __CUDA_ARCH__ >= 800
+    int hd4 = hd >> 2;
+    for (int i = k0 * hd4 + threadIdx.x; i < k1 * hd4; i += blockDim.x) {
+        int key = i / hd4, c = (i - key * hd4) << 2;
+        u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
+        cp_async16(smem_addr(&Ks[key * hdp + c]), kc + at, true);
+        cp_async16(smem_addr(&Vs[key * hd + c]), vc + at, true);
+    }
+#endif
+}
+template <typename C>
+__device__ __forceinline__ void as_load(float* Ks, float* Vs, const C* kc, const C* vc, u64 base, int t0, int nt, int hd,
+                                        int hdp, int kvdim, int cap) {
+    int hd4 = hd >> 2;
+    for (int i = threadIdx.x; i < nt * hd4; i += blockDim.x) {
+        int key = i / hd4, c = (i - key * hd4) << 2;
+        u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
+        *(float4*)&Ks[key * hdp + c] = cld4(kc, at);
+        *(float4*)&Vs[key * hd + c] = cld4(vc, at);
+    }
+}
+
+// as_merge: the last block of a row's runs (r, kvh) merges their partials
+// (part [rows, nheads, S, hd+2]: acc[hd], max, sum) in order s = 0, 1, ...,
+// so the sum does not depend on which block finished last, and writes
+// out (and with qa set, the int8 rows as quantize_q8 would). Warp w <
+// nwarps takes heads w, w+nwarps, ...; wts is its [AS_MAXS] of shared
+// memory.
+__device__ __forceinline__ void as_merge(float* out, const float* part, signed char* qa, float2* ds, float* wts, int r,
+                                         int nheads, int kvh, int G, int S, int ns, int hd, int warp, int lane,
+                                         int nwarps) {
+    for (int g = warp; g < G; g += nwarps) {
+        const float* pp = part + ((u64)r * nheads + (u64)kvh * G + g) * S * (hd + 2);
+        // Every run holds a visible position, so every partial has a
+        // finite max. Lane i takes partials i, i+32, ...; the sums over
+        // lanes run in a fixed order.
+        float mi[AS_MAXS / 32], li[AS_MAXS / 32], M = NEG_INF, L = 0.f;
+#pragma unroll
+        for (int t = 0; t < AS_MAXS / 32; t++) {
+            int i = lane + 32 * t;
+            mi[t] = i < ns ? __ldcg(pp + i * (hd + 2) + hd) : NEG_INF;
+            li[t] = i < ns ? __ldcg(pp + i * (hd + 2) + hd + 1) : 0.f;
+            M = fmaxf(M, mi[t]);
+        }
+        M = warp_max(M);
+#pragma unroll
+        for (int t = 0; t < AS_MAXS / 32; t++) {
+            int i = lane + 32 * t;
+            if (i < ns) {
+                float w = expf(mi[t] - M);
+                wts[i] = w;
+                L += li[t] * w;
+            }
+        }
+        L = warp_sum(L);
+        __syncwarp();
+        u64 ob = ((u64)r * nheads + (u64)kvh * G + g) * hd;
+        for (int d0 = 0; d0 < hd; d0 += 32) {
+            int d = d0 + lane;
+            float v = 0.f;
+            if (d < hd) {
+#pragma unroll 8
+                for (int i = 0; i < ns; i++) v += __ldcg(pp + i * (hd + 2) + d) * wts[i];
+                v /= L;
+                out[ob + d] = v;
+            }
+            // With qa set (hd a multiple of 32), the warp's 32 dims are one
+            // block of the quantized output.
+            if (qa) q8_store(v, qa + ob + d, ds + ((ob + d) >> 5), lane);
+        }
+        __syncwarp();
+    }
+}
+
+// as_last says whether this block is the last of the ns runs of (r, kvh)
+// to finish (count, which it resets for the next launch), once its
+// partials are written; every thread of the block gets the answer.
+__device__ __forceinline__ bool as_last(int* count, int r, int nkv, int kvh, int ns) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* c = count + (u64)r * nkv + kvh;
+        last = atomicAdd(c, 1) == ns - 1;
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    return true;
+}
+
 template <typename C, bool ASYNC, int HPW, int ND>
 __device__ __forceinline__ void attention_split_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
@@ -128,14 +228,13 @@ __device__ __forceinline__ void attention_split_t(
     float* part, int* count, int S, int kt, int keys) {
     PHASE(0);
     extern __shared__ __align__(16) float sms[];
-    __shared__ int last;
     int r = blockIdx.y;
     // The host writes meta, pos and slots before the graph starts, and no
     // kernel writes them: they are read before the dependency wait.
     int nrows = meta[0], p = pos[r], slot = slots[r]; // one round trip for the three
     if (r >= nrows) return;
     int kvh = blockIdx.x / S, s = blockIdx.x % S;
-    int G = nheads / nkv, hdp = hd + 4, kvdim = nkv * hd, hd4 = hd >> 2;
+    int G = nheads / nkv, hdp = hd + 4, kvdim = nkv * hd;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float* Ks = sms;           // [kt][hdp]
     float* Vs = Ks + kt * hdp; // [kt][hd]
@@ -158,12 +257,7 @@ __device__ __forceinline__ void attention_split_t(
     if constexpr (ASYNC && sizeof(C) == 4) {
         if (nrows == 1) {
             early = max(0, min(min(kt, j1 - j0), p - j0));
-            for (int i = tid; i < early * hd4; i += blockDim.x) {
-                int key = i / hd4, c = (i - key * hd4) << 2;
-                u64 at = base + (u64)((j0 + key) % cap) * kvdim + c;
-                cp_async16(smem_addr(&Ks[key * hdp + c]), kc + at, true);
-                cp_async16(smem_addr(&Vs[key * hd + c]), vc + at, true);
-            }
+            as_copy(Ks, Vs, kc, vc, base, j0, 0, early, hd, hdp, kvdim, cap);
         }
     }
 #endif
@@ -188,12 +282,7 @@ __device__ __forceinline__ void attention_split_t(
         bool copied = false;
 #if __CUDA_ARCH__ >= 800
         if constexpr (ASYNC && sizeof(C) == 4) {
-            for (int i = (t0 == j0 ? early * hd4 : 0) + tid; i < nt * hd4; i += blockDim.x) {
-                int key = i / hd4, c = (i - key * hd4) << 2;
-                u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
-                cp_async16(smem_addr(&Ks[key * hdp + c]), kc + at, true);
-                cp_async16(smem_addr(&Vs[key * hd + c]), vc + at, true);
-            }
+            as_copy(Ks, Vs, kc, vc, base, t0, t0 == j0 ? early : 0, nt, hd, hdp, kvdim, cap);
             cp_async_commit();
             copied = true;
         }
@@ -203,12 +292,7 @@ __device__ __forceinline__ void attention_split_t(
         if (copied) {
             cp_async_wait<0>();
         } else {
-            for (int i = tid; i < nt * hd4; i += blockDim.x) {
-                int key = i / hd4, c = (i - key * hd4) << 2;
-                u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
-                *(float4*)&Ks[key * hdp + c] = cld4(kc, at);
-                *(float4*)&Vs[key * hd + c] = cld4(vc, at);
-            }
+            as_load(Ks, Vs, kc, vc, base, t0, nt, hd, hdp, kvdim, cap);
         }
         __syncthreads();
         if (t0 == j0) PHASE(2);
@@ -292,59 +376,178 @@ __device__ __forceinline__ void attention_split_t(
             pp[hd + 1] = l[gi];
         }
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int* c = count + (u64)r * nkv + kvh;
-        last = atomicAdd(c, 1) == ns - 1;
-        if (last) *c = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    float* wts = Ws + warp * AS_MAXS;
-    for (int g = warp; g < G; g += AS_WARPS) {
-        const float* pp = part + ((u64)r * nheads + (u64)kvh * G + g) * S * (hd + 2);
-        // Every run holds a visible position, so every partial has a
-        // finite max. Lane i takes partials i, i+32, ...; the sums over
-        // lanes run in a fixed order.
-        float mi[AS_MAXS / 32], li[AS_MAXS / 32], M = NEG_INF, L = 0.f;
-#pragma unroll
-        for (int t = 0; t < AS_MAXS / 32; t++) {
-            int i = lane + 32 * t;
-            mi[t] = i < ns ? __ldcg(pp + i * (hd + 2) + hd) : NEG_INF;
-            li[t] = i < ns ? __ldcg(pp + i * (hd + 2) + hd + 1) : 0.f;
-            M = fmaxf(M, mi[t]);
-        }
-        M = warp_max(M);
-#pragma unroll
-        for (int t = 0; t < AS_MAXS / 32; t++) {
-            int i = lane + 32 * t;
-            if (i < ns) {
-                float w = expf(mi[t] - M);
-                wts[i] = w;
-                L += li[t] * w;
-            }
-        }
-        L = warp_sum(L);
-        __syncwarp();
-        u64 ob = ((u64)r * nheads + (u64)kvh * G + g) * hd;
-        for (int d0 = 0; d0 < hd; d0 += 32) {
-            int d = d0 + lane;
-            float v = 0.f;
-            if (d < hd) {
-#pragma unroll 8
-                for (int i = 0; i < ns; i++) v += __ldcg(pp + i * (hd + 2) + d) * wts[i];
-                v /= L;
-                out[ob + d] = v;
-            }
-            // With qa set (hd a multiple of 32), the warp's 32 dims are one
-            // block of the quantized output.
-            if (qa) q8_store(v, qa + ob + d, ds + ((ob + d) >> 5), lane);
-        }
-        __syncwarp();
-    }
+    if (as_last(count, r, nkv, kvh, ns)) as_merge(out, part, qa, ds, Ws + warp * AS_MAXS, r, nheads, kvh, G, S, ns, hd, warp, lane, AS_WARPS);
 }
+
+// attention_split_w_t is attention_split_t for heads of exactly 32·DQ dims
+// and up to AW_HEADS query heads a kv head, with DQ warps a query head:
+// warp w takes head g = w / DQ and its dims [32·dq, 32·dq + 32), dq = w %
+// DQ. The scores' dot products split the same way: each warp sums its 32
+// dims of the tile's keys (lane j: key j) into shared memory, and every
+// warp of the head adds the DQ partial sums in the order dq = 0, 1, ...,
+// so all of them hold the same scores and run the same online softmax;
+// each then accumulates its own 32 dims of P·V, one block of the
+// quantized output. The chain a warp runs is a DQ-th of
+// attention_split_gHdN's (whose lane holds a whole 128-dim dot product
+// and DQ output dims), and a block of 4·DQ warps gives each scheduler DQ
+// warps to hide each other's latencies: at short contexts the attention
+// is a chain of dependent instructions in warps that run alone on their
+// scheduler (ncu: ~10 cycles an instruction, 8B shape). Geometry, copies,
+// partials and merge as attention_split_t; grid (nkv·S, rows).
+#define AW_HEADS 4
+template <typename C, bool ASYNC, int DQ>
+__device__ __forceinline__ void attention_split_w_t(
+    float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
+    int nheads, int nkv, int cap, float scale, float softcap, int window, signed char* qa, float2* ds, float* part,
+    int* count, int S, int kt, int keys) {
+    constexpr int HD = 32 * DQ, HDP = HD + 4;
+    PHASE(0);
+    extern __shared__ __align__(16) float sms[];
+    int r = blockIdx.y;
+    int nrows = meta[0], p = pos[r], slot = slots[r];
+    if (r >= nrows) return;
+    int kvh = blockIdx.x / S, s = blockIdx.x % S;
+    int G = nheads / nkv, kvdim = nkv * HD;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = warp / DQ, dq = warp % DQ;
+    bool live = g < G; // warp-uniform
+    float* Ks = sms;                  // [kt][HDP]
+    float* Vs = Ks + kt * HDP;        // [kt][HD]
+    float* Qs = Vs + kt * HD;         // [AW_HEADS][HD]
+    float* Ps = Qs + AW_HEADS * HD;   // [AW_HEADS][DQ][32]: partial scores
+    float* Es = Ps + AW_HEADS * HD;   // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
+    float* Ws = Es + AW_HEADS * HD;   // [AW_HEADS][AS_MAXS]: merge weights
+    int first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
+    int ns = min(S, (n + keys - 1) / keys);
+    int chunk = ((n + ns - 1) / ns + kt - 1) / kt * kt;
+    ns = (n + chunk - 1) / chunk;
+    if (s >= ns) return;
+    int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
+    u64 base = (u64)slot * cap * kvdim + (u64)kvh * HD;
+    const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * HD;
+    int early = 0;
+#if __CUDA_ARCH__ >= 800
+    if constexpr (ASYNC && sizeof(C) == 4) {
+        if (nrows == 1) {
+            early = max(0, min(min(kt, j1 - j0), p - j0));
+            as_copy(Ks, Vs, kc, vc, base, j0, 0, early, HD, HDP, kvdim, cap);
+        }
+    }
+#endif
+    PDL_ATTN;
+    PHASE(1);
+
+    float m = NEG_INF, l = 0.f, acc = 0.f;
+    for (int t0 = j0; t0 < j1; t0 += kt) {
+        int nt = min(kt, j1 - t0);
+        __syncthreads(); // the previous tile and its partial scores are consumed
+        bool copied = false;
+#if __CUDA_ARCH__ >= 800
+        if constexpr (ASYNC && sizeof(C) == 4) {
+            as_copy(Ks, Vs, kc, vc, base, t0, t0 == j0 ? early : 0, nt, HD, HDP, kvdim, cap);
+            if (t0 == j0)
+                for (int i = tid; i < G * (HD / 4); i += blockDim.x) cp_async16(smem_addr(&Qs[i << 2]), qb + (i << 2), true);
+            cp_async_commit();
+            cp_async_wait<0>();
+            copied = true;
+        }
+#endif
+        if (!copied) {
+            as_load(Ks, Vs, kc, vc, base, t0, nt, HD, HDP, kvdim, cap);
+            if (t0 == j0)
+                for (int i = tid; i < G * (HD / 4); i += blockDim.x) ((float4*)Qs)[i] = ((const float4*)qb)[i];
+        }
+        __syncthreads();
+        if (t0 == j0) PHASE(2);
+        if (live) {
+            float d = 0.f;
+            if (lane < nt) {
+                const float* qg = Qs + g * HD + 32 * dq;
+                const float* kj = Ks + lane * HDP + 32 * dq;
+#pragma unroll
+                for (int c = 0; c < 32; c += 4) {
+                    float4 a = *(const float4*)(qg + c), b = *(const float4*)(kj + c);
+                    d += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                }
+            }
+            Ps[(g * DQ + dq) * 32 + lane] = d;
+        }
+        __syncthreads();
+        if (live) {
+            float sc = NEG_INF;
+            if (lane < nt) {
+                float d = 0.f;
+#pragma unroll
+                for (int k = 0; k < DQ; k++) d += Ps[(g * DQ + k) * 32 + lane];
+                sc = d * scale;
+                if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+            }
+            float mn = fmaxf(m, warp_max(sc)), corr = expf(m - mn);
+            float e = lane < nt ? expf(sc - mn) : 0.f;
+            l = l * corr + warp_sum(e);
+            m = mn;
+            if (t0 == j0 && warp == 0) PHASE(3);
+            acc *= corr;
+            // The weights go through the warp's own shared memory, read
+            // four keys at a time, rather than a shuffle a key: P·V's
+            // shared memory traffic is then what attention_split_gHdN's is
+            // (the values), plus a quarter.
+            float* ew = Es + warp * 32;
+            ew[lane] = e;
+            __syncwarp();
+            const float* vd = Vs + 32 * dq + lane;
+            int j = 0;
+#pragma unroll 2
+            for (; j + 4 <= nt; j += 4) {
+                float4 e4 = *(const float4*)(ew + j);
+                acc += e4.x * vd[j * HD];
+                acc += e4.y * vd[(j + 1) * HD];
+                acc += e4.z * vd[(j + 2) * HD];
+                acc += e4.w * vd[(j + 3) * HD];
+            }
+            for (; j < nt; j++) acc += ew[j] * vd[j * HD];
+            __syncwarp(); // ew is rewritten at the next tile
+        }
+    }
+
+    PHASE(4);
+    u64 hb = (u64)r * nheads + (u64)kvh * G + g; // the warp's query head
+    if (ns == 1) {
+        if (live) {
+            u64 o = hb * HD + 32 * dq + lane;
+            float v = acc / l;
+            out[o] = v;
+            if (qa) q8_store(v, qa + o, ds + (o >> 5), lane);
+        }
+        PHASE(5);
+        return;
+    }
+    if (live) {
+        float* pp = part + (hb * S + s) * (HD + 2);
+        pp[32 * dq + lane] = acc;
+        if (dq == 0 && lane == 0) {
+            pp[HD] = m;
+            pp[HD + 1] = l;
+        }
+    }
+    if (as_last(count, r, nkv, kvh, ns) && warp < AW_HEADS)
+        as_merge(out, part, qa, ds, Ws + warp * AS_MAXS, r, nheads, kvh, G, S, ns, HD, warp, lane, AW_HEADS);
+}
+
+#define ATTENTION_SPLIT_W(name, C, ASYNC, DQ)                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * AW_HEADS * DQ) name(                                         \
+        float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,   \
+        int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,  \
+        float* part, int* count, int S, int kt, int keys) {                                                         \
+        attention_split_w_t<C, ASYNC, DQ>(out, q, kc, vc, meta, pos, slots, nheads, nkv, cap, scale, softcap, window, qa, \
+                                       ds, part, count, S, kt, keys);                                               \
+    }
+// Heads of 64 dims (Llama 3.2 1B) with up to 4 query heads a kv head
+// (planmm.go's splitWarpKernels). DQ = 4 (128 dims, the 8B shape) was
+// faster from an empty cache (tg128 +4 % on 8B Q4_0) but 9-10 % slower
+// 2,048 positions deep, where its 16-warp blocks' extra softmaxes and
+// barriers run for every 32 keys: the 8B shape keeps attention_split_g1d4.
+ATTENTION_SPLIT_W(attention_split_w2, float, true, 2)
+ATTENTION_SPLIT_W(attention_split_w2_h, u16, false, 2)
 
 #define ATTENTION_SPLIT(name, C, ASYNC, HPW, ND)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) name(                                              \

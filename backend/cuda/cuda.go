@@ -65,6 +65,10 @@ func kernelNames() []string {
 		names = append(names, k)
 		cached = append(cached, k)
 	}
+	for _, k := range splitWarpKernels {
+		names = append(names, k)
+		cached = append(cached, k)
+	}
 	for _, name := range cached {
 		names = append(names, name+"_h") // over f16 caches
 	}

@@ -24,7 +24,8 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 	for _, name := range kernelNames() {
 		// ") name(" follows __launch_bounds__(...).
 		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC3_LB(" + name + ",", "MATVEC_GLU(" + name + ",", "MATVEC1_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
-			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ","}
+			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ",",
+			"ATTENTION_SPLIT_W(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
@@ -512,17 +513,22 @@ func TestPlanSplitAttention(t *testing.T) {
 		heads, kv, hd, context int
 		want                   []string // launches for small batches, then for large
 		splits, kt             int32
-		keys                   int // planOptions.splitKeys
+		keys                   int  // planOptions.splitKeys
+		lane                   bool // planOptions.attnLane
 	}{
-		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0},
-		{"short", 8, 2, 64, 40, []string{"attention_split_g1d2", "attention_tiled_64"}, 2, 32, 0},
-		{"long", 8, 2, 64, 100000, []string{"attention_split_g1d2", "attention_tiled_64"}, attSplitMax, 32, 0},
-		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0},
-		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0},
-		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0},
-		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0},
-		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, -1},
-		{"keys-100", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 10, 32, 100},
+		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 32, 32, 0, false},
+		{"gqa4-64-lane", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0, true},
+		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false},
+		{"gqa5-64", 10, 2, 64, 1000, []string{"attention_split_g2d2", "attention_tiled_64"}, 32, 32, 0, false},
+		{"gqa4-96", 8, 2, 96, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false},
+		{"short", 8, 2, 64, 40, []string{"attention_split_w2", "attention_tiled_64"}, 2, 32, 0, false},
+		{"long", 8, 2, 64, 100000, []string{"attention_split_w2", "attention_tiled_64"}, attSplitMax, 32, 0, false},
+		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0, false},
+		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0, false},
+		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0, false},
+		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0, false},
+		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, -1, false},
+		{"keys-100", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 10, 32, 100, false},
 	} {
 		b := newProg(t, 1, 16, 1, tc.context, tc.heads*tc.hd)
 		q, k, v, att := b.buf(tc.heads*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.heads*tc.hd)
@@ -530,7 +536,7 @@ func TestPlanSplitAttention(t *testing.T) {
 		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
 		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: tc.heads, NKV: tc.kv, HeadDim: tc.hd, Scale: 0.25})
 		b.p.Logits = att
-		pl, err := plan(b.p, planOptions{sms: 4, splitKeys: tc.keys})
+		pl, err := plan(b.p, planOptions{sms: 4, splitKeys: tc.keys, attnLane: tc.lane})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -547,6 +553,13 @@ func TestPlanSplitAttention(t *testing.T) {
 			}
 			if strings.HasPrefix(c.kernel, "attention_split") {
 				n := len(c.args)
+				warps, smem := attSplitWarps, 4*(int(tc.kt)*(2*tc.hd+4)+tc.heads/tc.kv*tc.hd+attSplitWarps*attSplitMax)
+				if strings.HasPrefix(c.kernel, "attention_split_w") {
+					warps, smem = attSplitWHeads*tc.hd/32, 4*(int(tc.kt)*(2*tc.hd+4)+3*attSplitWHeads*tc.hd+attSplitWHeads*attSplitMax)
+				}
+				if c.block != uint32(32*warps) || c.shared != uint32(smem) {
+					t.Errorf("%s: %s in blocks of %d threads with %d bytes of shared memory, want %d and %d", tc.name, c.kernel, c.block, c.shared, 32*warps, smem)
+				}
 				if c.args[n-3] != i32(int(tc.splits)) || c.args[n-2] != i32(int(tc.kt)) || c.gridX != uint32(tc.kv)*uint32(tc.splits) {
 					t.Errorf("%s: splits %+v, tile %+v, grid %d; want %d splits of %d-key tiles", tc.name, c.args[n-3], c.args[n-2], c.gridX, tc.splits, tc.kt)
 				}
@@ -580,7 +593,7 @@ func TestGeometryMatchesSource(t *testing.T) {
 	for name, want := range map[string]int{
 		"MV_WARPS": mvWarps, "GLU_ROWS": gluRows, "GLU_WARPS": gluWarps, "GLU1_WARPS": gluTwinMaxWarps, "MVR": smallRows, "MAXD": maxHeadDim,
 		"AT_ROWS": attTileRows, "AT_KT": attTileKeys, "AT_WARPS": attTileWarps, "AS_WARPS": attSplitWarps,
-		"AS_MAXS": attSplitMax, "MQ_W": mmqWeightRows, "DRAW_THREADS": drawThreads,
+		"AS_MAXS": attSplitMax, "MQ_W": mmqWeightRows, "DRAW_THREADS": drawThreads, "AW_HEADS": attSplitWHeads,
 	} {
 		if got, ok := defines[name]; !ok || got != want {
 			t.Errorf("kernel source defines %s = %d (found %v), the plan uses %d", name, got, ok, want)
@@ -613,6 +626,23 @@ func TestGeometryMatchesSource(t *testing.T) {
 		for _, n := range []string{name, name + "_h"} {
 			if h, d, ok := split(n); !ok || h != shape[0] || d != shape[1] {
 				t.Errorf("%s is compiled for %d heads a warp and %d dims a lane (found %v), the plan takes %v", n, h, d, ok, shape)
+			}
+		}
+	}
+	// attention_split_wN takes heads of 32·N dims with N warps a head, as
+	// the plan's block size (attSplitWHeads·N warps) assumes.
+	for hd, name := range splitWarpKernels {
+		for _, n := range []string{name, name + "_h"} {
+			found := false
+			for _, line := range strings.Split(kernelSource, "\n") {
+				if rest, ok := strings.CutPrefix(line, "ATTENTION_SPLIT_W("+n+","); ok {
+					f := strings.Split(strings.TrimSuffix(rest, ")"), ", ")
+					dq, err := strconv.Atoi(f[len(f)-1])
+					found = err == nil && 32*dq == hd
+				}
+			}
+			if !found {
+				t.Errorf("%s is not compiled for heads of %d dims", n, hd)
 			}
 		}
 	}

@@ -134,6 +134,9 @@ type opCase struct {
 	// shaped: an attention case whose decode kernel is one compiled for
 	// its head shape (splitKernel), so it runs again on the general one.
 	shaped bool
+	// warps: an attention case whose decode kernel is attention_split_wN
+	// (splitWarpKernels), run again with WEFT_CUDA_ATTN_LANE=1.
+	warps bool
 }
 
 func opCases() []opCase {
@@ -341,6 +344,11 @@ func opCases() []opCase {
 		// merge.
 		{"long", 8, 2, 64, 0, 0, 8, 1}, {"long-gqa16-odd", 16, 1, 44, 0, 0, 3, 2}, {"mha-5", 5, 5, 32, 0, 0, 4, 1},
 		{"long-1400", 4, 1, 64, 0, 0, 96, 1}, {"gqa6-96", 12, 2, 96, 0, 0, 6, 2},
+		// Heads of 64 dims with up to 4 query heads a kv head run
+		// attention_split_w2 (above: tiled-64, long, long-1400); these add
+		// a ring window with a soft cap, and a kv head whose 3 query heads
+		// leave a quarter of the block's warps without a head.
+		{"window-softcap-64", 8, 2, 64, 7, 30, 6, 3}, {"long-gqa3-64", 6, 2, 64, 0, 0, 6, 2},
 	} {
 		maxRows, slots, context, steps := ac.maxRows, ac.slots, 40, 0
 		switch {
@@ -350,7 +358,9 @@ func opCases() []opCase {
 			context = 300
 		}
 		shaped := ac.hd%4 == 0 && splitKernel(ac.heads/ac.kv, ac.hd, planOptions{}) != "attention_split"
-		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5, steps: steps, shaped: shaped,
+		_, warps := splitWarpKernels[ac.hd]
+		warps = warps && ac.heads/ac.kv <= attSplitWHeads
+		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5, steps: steps, shaped: shaped, warps: warps,
 			build: func(b *progBuilder, out backend.BufID) {
 				q, k, v := b.buf(ac.heads*ac.hd), b.buf(ac.kv*ac.hd), b.buf(ac.kv*ac.hd)
 				b.fill(q, 1)
@@ -402,6 +412,14 @@ func TestOpsAgainstCPU(t *testing.T) {
 				splitKeys = 8
 				run(t, tc.tol)
 			})
+			// The kernel of a lane a key for shapes that run
+			// attention_split_wN by default.
+			if tc.warps {
+				t.Run("lane/"+tc.name, func(t *testing.T) {
+					t.Setenv("WEFT_CUDA_ATTN_LANE", "1")
+					run(t, tc.tol)
+				})
+			}
 			// The general decode kernel for shapes that have their own.
 			if tc.shaped {
 				t.Run("general/"+tc.name, func(t *testing.T) {

@@ -264,6 +264,10 @@ type planOptions struct {
 	gluWarps  int  // warps of a matvec_glu block (0: gluBlockWarps chooses)
 	attnSync  bool // attention_split_sync for float caches (WEFT_CUDA_ATTN_SYNC=1, for comparisons)
 	attnWide  bool // the general attention_split for every shape (WEFT_CUDA_ATTN_GENERAL=1, for comparisons)
+	// attnLane keeps the shapes of attention_split_wN on the kernels of a
+	// lane a key and whole heads a warp (WEFT_CUDA_ATTN_LANE=1, for
+	// comparisons).
+	attnLane  bool
 	noBreak   bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
 	twinGrid  int  // blocks a multiprocessor for the one-row product twins (0: mvGridPerSM; WEFT_CUDA_TWIN_GRID, for comparisons)
 	glu1Warps int  // warps of a one-row GLU block (0: gluTwin chooses; WEFT_CUDA_GLU1_WARPS, for comparisons)

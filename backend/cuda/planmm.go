@@ -251,7 +251,12 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	if opt.splitKeys < 0 || hd%4 != 0 || hd > attSplitMaxDim || g > attSplitMaxGroup {
 		return call{}, false
 	}
+	kernel, warps := splitKernel(g, hd, opt), attSplitWarps
 	smem := func(kt int) int { return 4 * (kt*(2*hd+4) + g*hd + attSplitWarps*attSplitMax) }
+	if k, ok := splitWarpKernels[hd]; ok && g <= attSplitWHeads && !opt.attnLane && !opt.attnWide && !opt.attnSync {
+		kernel, warps = k, attSplitWHeads*hd/32
+		smem = func(kt int) int { return 4 * (kt*(2*hd+4) + 3*attSplitWHeads*hd + attSplitWHeads*attSplitMax) }
+	}
 	kt := 32
 	if smem(kt) > maxStaticShared {
 		kt = 16
@@ -267,10 +272,24 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	rows := min(p.MaxRows, smallRows)
 	pl.need(scratchAttnPart, 4*rows*op.NHeads*splits*(hd+2))
 	pl.need(scratchAttnCount, 4*rows*op.NKV)
-	return call{kernel: splitKernel(g, hd, opt), gridX: uint32(op.NKV * splits), gridY: gridAll, block: 32 * attSplitWarps,
+	return call{kernel: kernel, gridX: uint32(op.NKV * splits), gridY: gridAll, block: uint32(32 * warps),
 		shared: uint32(smem(kt)), which: metaRows,
 		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt), i32(keys))}, true
 }
+
+// splitWarpKernels are attention.cu's attention_split_wN, by head size:
+// for up to attSplitWHeads query heads a kv head, N warps a query head
+// (one per 32 dims), so that a warp's chain of dependent instructions is
+// an N-th of a kernel whose lane holds whole dot products, and each
+// scheduler has N warps (ncu of the 8B shape's attention: ~10 cycles an
+// instruction in warps alone on their scheduler). Heads of 128 dims
+// keep attention_split_g1d4: attention_split_w4 lost 9-10 % of tg128
+// 2,048 positions deep (attention.cu).
+var splitWarpKernels = map[int]string{64: "attention_split_w2"}
+
+// attSplitWHeads is attention.cu's AW_HEADS: the most query heads a kv
+// head of attention_split_wN (its blocks have attSplitWHeads·N warps).
+const attSplitWHeads = 4
 
 // splitKernels are the attention_split kernels compiled for common shapes
 // (attention.cu's attention_split_gHdN: H query heads a warp, N dims a
