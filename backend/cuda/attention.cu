@@ -221,6 +221,38 @@ __device__ __forceinline__ bool as_last(int* count, int r, int nkv, int kvh, int
     return true;
 }
 
+// as_run sets [j0, j1), block s's run of a row at position p, and ns,
+// the row's runs, and says whether block s has one: a row of n visible
+// positions uses ns = min(S, ceil(n / keys)) runs of whole tiles of kt.
+__device__ __forceinline__ bool as_run(int p, int window, int S, int keys, int kt, int s, int& j0, int& j1, int& ns) {
+    int first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
+    ns = min(S, (n + keys - 1) / keys);
+    int chunk = ((n + ns - 1) / ns + kt - 1) / kt * kt;
+    ns = (n + chunk - 1) / chunk;
+    j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
+    return s < ns;
+}
+
+// as_early: in a batch of one row (decode) every key and value of the
+// first tile but the row's own position was stored by an earlier step, so
+// their copies start before the dependency wait, while the launches
+// before this one still run (the first tile's loop copies the rest).
+// Returns the keys copied (float caches by cp.async only).
+template <typename C, bool ASYNC>
+__device__ __forceinline__ int as_early(float* Ks, float* Vs, const C* kc, const C* vc, u64 base, int nrows, int p, int j0,
+                                        int j1, int kt, int hd, int hdp, int kvdim, int cap) {
+    int early = 0;
+#if __CUDA_ARCH__ >= 800
+    if constexpr (ASYNC && sizeof(C) == 4) {
+        if (nrows == 1) {
+            early = max(0, min(min(kt, j1 - j0), p - j0));
+            as_copy(Ks, Vs, kc, vc, base, j0, 0, early, hd, hdp, kvdim, cap);
+        }
+    }
+#endif
+    return early;
+}
+
 template <typename C, bool ASYNC, int HPW, int ND>
 __device__ __forceinline__ void attention_split_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
@@ -240,27 +272,11 @@ __device__ __forceinline__ void attention_split_t(
     float* Vs = Ks + kt * hdp; // [kt][hd]
     float* Qs = Vs + kt * hd;  // [G][hd]
     float* Ws = Qs + G * hd;   // [AS_WARPS][AS_MAXS]: merge weights
-    int first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
-    int ns = min(S, (n + keys - 1) / keys);
-    int chunk = ((n + ns - 1) / ns + kt - 1) / kt * kt;
-    ns = (n + chunk - 1) / chunk;
-    if (s >= ns) return;
-    int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
+    int j0, j1, ns;
+    if (!as_run(p, window, S, keys, kt, s, j0, j1, ns)) return;
     u64 base = (u64)slot * cap * kvdim + (u64)kvh * hd;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
-    // A batch of one row (decode): every key and value of the first tile
-    // but the row's own position was stored by an earlier step, so their
-    // copies start before the dependency wait, while the launches before
-    // this one still run (the first tile's loop copies the rest).
-    int early = 0;
-#if __CUDA_ARCH__ >= 800
-    if constexpr (ASYNC && sizeof(C) == 4) {
-        if (nrows == 1) {
-            early = max(0, min(min(kt, j1 - j0), p - j0));
-            as_copy(Ks, Vs, kc, vc, base, j0, 0, early, hd, hdp, kvdim, cap);
-        }
-    }
-#endif
+    int early = as_early<C, ASYNC>(Ks, Vs, kc, vc, base, nrows, p, j0, j1, kt, hd, hdp, kvdim, cap);
     PDL_ATTN;
     PHASE(1);
 
@@ -416,23 +432,11 @@ __device__ __forceinline__ void attention_split_w_t(
     float* Ps = Qs + AW_HEADS * HD;   // [AW_HEADS][DQ][32]: partial scores
     float* Es = Ps + AW_HEADS * HD;   // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
     float* Ws = Es + AW_HEADS * HD;   // [AW_HEADS][AS_MAXS]: merge weights
-    int first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
-    int ns = min(S, (n + keys - 1) / keys);
-    int chunk = ((n + ns - 1) / ns + kt - 1) / kt * kt;
-    ns = (n + chunk - 1) / chunk;
-    if (s >= ns) return;
-    int j0 = first + s * chunk, j1 = min(p + 1, j0 + chunk);
+    int j0, j1, ns;
+    if (!as_run(p, window, S, keys, kt, s, j0, j1, ns)) return;
     u64 base = (u64)slot * cap * kvdim + (u64)kvh * HD;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * HD;
-    int early = 0;
-#if __CUDA_ARCH__ >= 800
-    if constexpr (ASYNC && sizeof(C) == 4) {
-        if (nrows == 1) {
-            early = max(0, min(min(kt, j1 - j0), p - j0));
-            as_copy(Ks, Vs, kc, vc, base, j0, 0, early, HD, HDP, kvdim, cap);
-        }
-    }
-#endif
+    int early = as_early<C, ASYNC>(Ks, Vs, kc, vc, base, nrows, p, j0, j1, kt, HD, HDP, kvdim, cap);
     PDL_ATTN;
     PHASE(1);
 
