@@ -176,6 +176,11 @@ type traceLaunch struct {
 	placed          int64
 	released, first int64 // the first block released, the first block done
 	done            int64 // the last block done
+	// doneFewer is the last block done on a multiprocessor that held
+	// fewer than maxPerSM of the launch's blocks (-1: none did). Far
+	// below done, the launch's end is set by the multiprocessors that
+	// got one block more than others.
+	doneFewer int64
 }
 
 // summarizeTrace groups records by launch, orders the launches by their
@@ -217,6 +222,12 @@ func summarizeTrace(recs []traceRecord, names []string) ([]traceLaunch, error) {
 		for _, n := range perSM {
 			l.maxPerSM = max(l.maxPerSM, n)
 		}
+		l.doneFewer = -1
+		for _, r := range rs {
+			if perSM[r.sm] < l.maxPerSM {
+				l.doneFewer = max(l.doneFewer, int64(r.end-t0))
+			}
+		}
 		out = append(out, l)
 	}
 	slices.SortFunc(out, func(a, b traceLaunch) int { return int(a.placed - b.placed) })
@@ -228,12 +239,14 @@ func summarizeTrace(recs []traceRecord, names []string) ([]traceLaunch, error) {
 
 // writeTrace prints one line a launch (µs from the trace's start: when
 // its first block was placed and released, its first and last block
-// done; how long after the launch before it ended it ended) and then, per
+// done, the last done on a multiprocessor with fewer than maxSM of its
+// blocks; how long after the launch before it ended it ended) and then, per
 // kernel, the launches and the sum of those increments: what each kernel
 // class added to the step.
 func writeTrace(w io.Writer, ls []traceLaunch) {
 	us := func(ns int64) float64 { return float64(ns) / 1000 }
-	fmt.Fprintf(w, "%4s %-22s %6s %4s %5s %9s %9s %9s %9s %8s\n", "#", "kernel", "blocks", "sms", "maxSM", "placed", "released", "first", "done", "added")
+	fmt.Fprintf(w, "%4s %-22s %6s %4s %5s %9s %9s %9s %9s %9s %8s\n", "#", "kernel", "blocks", "sms", "maxSM", "placed", "released", "first", "done",
+		"fewer", "added")
 	type sum struct {
 		n     int
 		added int64
@@ -247,8 +260,12 @@ func writeTrace(w io.Writer, ls []traceLaunch) {
 			added = l.done - l.placed
 		}
 		prev = max(prev, l.done)
-		fmt.Fprintf(w, "%4d %-22s %6d %4d %5d %9.2f %9.2f %9.2f %9.2f %8.2f\n", i, l.kernel, l.blocks, l.sms, l.maxPerSM,
-			us(l.placed), us(l.released), us(l.first), us(l.done), us(added))
+		fewer := "-"
+		if l.doneFewer >= 0 {
+			fewer = fmt.Sprintf("%.2f", us(l.doneFewer))
+		}
+		fmt.Fprintf(w, "%4d %-22s %6d %4d %5d %9.2f %9.2f %9.2f %9.2f %9s %8.2f\n", i, l.kernel, l.blocks, l.sms, l.maxPerSM,
+			us(l.placed), us(l.released), us(l.first), us(l.done), fewer, us(added))
 		s := sums[l.kernel]
 		if s == nil {
 			s = &sum{}
