@@ -37,6 +37,13 @@ func TestSummarizeTrace(t *testing.T) {
 	}
 	var b strings.Builder
 	writeTrace(&b, ls)
+	// The "fewer" column: 2.50 µs for the norm, none for the product.
+	lines := strings.Split(b.String(), "\n")
+	for i, want := range []string{"2.50", "-"} {
+		if f := strings.Fields(lines[1+i]); len(f) != 11 || f[9] != want {
+			t.Errorf("launch line %q: fewer column, want %s", lines[1+i], want)
+		}
+	}
 	// The norm adds its whole span, the product what it ran past it.
 	for _, line := range []string{"rmsnorm_q8                    1        2.9", "matvec_q4_0                   1        2.1"} {
 		if !strings.Contains(b.String(), line) {
