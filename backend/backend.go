@@ -240,6 +240,15 @@ type RowWriter interface {
 	WriteRows(buf BufID, src []float32) error
 }
 
+// Viewer is implemented by executables that can hand out a run's output
+// rows where they landed, sparing the copy into a caller's buffer:
+// RunView is Run of a batch of one selected row, returning that row in
+// host memory the executable owns, valid until its next run. It never
+// allocates.
+type Viewer interface {
+	RunView(b *Batch) ([]float32, error)
+}
+
 // Sampling is how a device chooses one row's next token: the Gumbel-max
 // draw sample.SampleGumbel(logits, Temperature, Seed, Step) — the argmax
 // when Temperature is 0.

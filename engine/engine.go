@@ -319,14 +319,7 @@ func (s *Sequence) Forward(tokens []int32, all bool) ([]float32, error) {
 // ForwardInto is Forward writing into out, which must hold the rows asked
 // for. It allocates nothing.
 func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
-	m := s.m
-	if s.done {
-		return errors.New("engine: sequence is closed")
-	}
-	if s.pos+len(tokens) > m.ctx {
-		return &ContextError{Have: s.pos, Add: len(tokens), Context: m.ctx}
-	}
-	v := m.Config.VocabSize
+	v := s.m.Config.VocabSize
 	want := v
 	if all {
 		want = len(tokens) * v
@@ -334,12 +327,42 @@ func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
 	if len(out) != want {
 		return fmt.Errorf("engine: logits buffer of %d floats, want %d", len(out), want)
 	}
+	_, err := s.feed(tokens, all, out)
+	return err
+}
+
+// ForwardView is Forward of the last token's row without the copy into a
+// caller's buffer, as llama.cpp's llama_get_logits hands out its own: the
+// logits where the backend left them (host memory it owns, page-locked on
+// a GPU: a backend.Viewer) or in the model's scratch. The slice is valid
+// until the model runs again, for any of its sequences. It allocates
+// nothing.
+func (s *Sequence) ForwardView(tokens []int32) ([]float32, error) {
+	return s.feed(tokens, false, nil)
+}
+
+// feed runs tokens through the sequence in chunks of at most MaxBatch:
+// every row's logits into out with all set, else the last token's into
+// out, or with out nil, where ForwardView finds them (returned).
+func (s *Sequence) feed(tokens []int32, all bool, out []float32) ([]float32, error) {
+	m := s.m
+	if len(tokens) == 0 {
+		return nil, errors.New("engine: no tokens to feed")
+	}
+	if s.done {
+		return nil, errors.New("engine: sequence is closed")
+	}
+	if s.pos+len(tokens) > m.ctx {
+		return nil, &ContextError{Have: s.pos, Add: len(tokens), Context: m.ctx}
+	}
+	v := m.Config.VocabSize
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	s.feeding()
+	var view []float32
 	for start := 0; start < len(tokens); start += m.prog.MaxRows {
 		chunk := tokens[start:min(start+m.prog.MaxRows, len(tokens))]
 		b := &m.batch
@@ -356,21 +379,24 @@ func (s *Sequence) ForwardInto(tokens []int32, all bool, out []float32) error {
 		if !all {
 			b.Selected = append(b.Selected, int32(len(chunk)-1))
 		}
-		var dst []float32
-		switch {
+		var err error
+		switch vw, ok := m.exec.(backend.Viewer); {
 		case all:
-			dst = out[start*v : (start+len(chunk))*v]
-		case last:
-			dst = out
+			err = m.exec.Run(b, out[start*v:(start+len(chunk))*v])
+		case last && out != nil:
+			err = m.exec.Run(b, out)
+		case last && ok:
+			view, err = vw.RunView(b)
 		default:
-			dst = m.scratchLogits(1)
+			view = m.scratchLogits(1)
+			err = m.exec.Run(b, view)
 		}
-		if err := m.exec.Run(b, dst); err != nil {
-			return err
+		if err != nil {
+			return nil, err
 		}
 		s.fed(chunk)
 	}
-	return nil
+	return view, nil
 }
 
 // Step feeds one token to each of several sequences in one batched plan

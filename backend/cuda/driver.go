@@ -51,6 +51,8 @@ type driverAPI struct {
 	cuModuleGetGlobal         func(p *uint64, bytes *uint64, mod uintptr, name string) cuResult                                             `sym:"cuModuleGetGlobal_v2"`
 	cuGetErrorName            func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorName"`
 	cuGetErrorString          func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorString"`
+	cuMemHostAlloc            func(p *unsafe.Pointer, size uint64, flags uint32) cuResult                                                   `sym:"cuMemHostAlloc"`
+	cuMemFreeHost             func(p unsafe.Pointer) cuResult                                                                               `sym:"cuMemFreeHost"`
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) cuResult                                                       `sym:"cuMemcpyHtoD_v2"`
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) cuResult                                                       `sym:"cuMemcpyDtoH_v2"`
 	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params, extra unsafe.Pointer) cuResult `sym:"cuLaunchKernel"`
@@ -66,8 +68,10 @@ type driverAPI struct {
 	// prepared at compile time, which does not allocate.
 	ctxSetCurrent uintptr `raw:"cuCtxSetCurrent"`
 	launchKernel  uintptr `raw:"cuLaunchKernel"`
-	memcpyHtoD    uintptr `raw:"cuMemcpyHtoD_v2"`
 	memcpyDtoH    uintptr `raw:"cuMemcpyDtoH_v2"`
+	htoDAsync     uintptr `raw:"cuMemcpyHtoDAsync_v2"`
+	dtoHAsync     uintptr `raw:"cuMemcpyDtoHAsync_v2"`
+	ctxSync       uintptr `raw:"cuCtxSynchronize"`
 	graphLaunch   uintptr `raw:"cuGraphLaunch"`
 	launchEx      uintptr `raw:"cuLaunchKernelEx"`
 

@@ -29,6 +29,17 @@ type exec struct {
 	scratch [numScratch]uint64
 	meta    uint64  // int32 [metaArrays + 4*MaxRows]
 	host    []int32 // the batch as meta holds it, staged on the host
+	// The host side of a run lies in one block of page-locked memory
+	// (stageHost), so that its copies are queued without waiting, in
+	// order with the launches, and the run waits once, at its end: host
+	// and the draws' parameters go in, the draws and small batches'
+	// outputs (staged, MaxRows or smallRows rows of the widest output)
+	// come out. pinned is the block, nil where it is Go memory (the
+	// driver would not lock it, or WEFT_CUDA_PINNED=0).
+	pinned   unsafe.Pointer
+	drawHost drawHost
+	drawAt   int // the draws' parameters' offset in bytes, in meta and on the host
+	staged   []float32
 
 	launches []launch
 	// args holds every launch argument in an 8-byte slot (ints and floats
@@ -302,10 +313,48 @@ func (e *exec) allocate(pl *planned) error {
 		}
 		e.scratch[i] = ptr
 	}
-	e.host = make([]int32, metaArrays+4*p.MaxRows)
+	e.stageHost()
 	var err error
-	e.meta, err = e.alloc(uint64(4*len(e.host)), "the batch")
+	e.meta, err = e.alloc(uint64(e.drawAt+20*p.MaxRows), "the batch")
 	return err
+}
+
+// drawHost is the host side of the device draws (sample.go): the
+// parameters, which follow the batch at drawAt on both sides (seeds,
+// steps, then temperatures, so that one copy moves the batch and them),
+// and the drawn ids.
+type drawHost struct {
+	seed, step []uint64
+	temp       []float32
+	ids        []int32
+}
+
+// stageHost lays out the host side of a run (exec.pinned) in one block of
+// page-locked memory, or of Go memory where the driver does not give it.
+func (e *exec) stageHost() {
+	p, m := e.p, e.p.MaxRows
+	metaBytes := (4*(metaArrays+4*m) + 7) &^ 7
+	drawBytes := (20*m + 4*m + 7) &^ 7
+	outFloats := min(m, smallRows) * max(p.Vocab, p.Dim)
+	size := metaBytes + drawBytes + 4*outFloats
+	var block unsafe.Pointer
+	if os.Getenv("WEFT_CUDA_PINNED") != "0" {
+		if r := e.be.drv.cuMemHostAlloc(&block, uint64(size), 0); r != 0 {
+			block = nil
+		}
+	}
+	e.pinned = block
+	if block == nil {
+		block = unsafe.Pointer(unsafe.SliceData(make([]uint64, size/8)))
+	}
+	at := func(off int) unsafe.Pointer { return unsafe.Add(block, off) }
+	e.host, e.drawAt = unsafe.Slice((*int32)(block), metaArrays+4*m), metaBytes
+	dh := &e.drawHost
+	dh.seed = unsafe.Slice((*uint64)(at(metaBytes)), m)
+	dh.step = unsafe.Slice((*uint64)(at(metaBytes+8*m)), m)
+	dh.temp = unsafe.Slice((*float32)(at(metaBytes+16*m)), m)
+	dh.ids = unsafe.Slice((*int32)(at(metaBytes+20*m)), m)
+	e.staged = unsafe.Slice((*float32)(at(metaBytes+drawBytes)), outFloats)
 }
 
 // uploadWeights copies every weight to the device. Q8_0 and Q4_0 tensors
@@ -508,6 +557,13 @@ func (e *exec) free() error {
 			errs = append(errs, d.err(r))
 		}
 	}
+	if e.pinned != nil {
+		if r := d.cuMemFreeHost(e.pinned); r != 0 {
+			errs = append(errs, d.err(r))
+		}
+		e.pinned = nil
+	}
+	e.host, e.staged, e.drawHost = nil, nil, drawHost{}
 	e.allocs, e.bufs, e.weights, e.ropes, e.kv = nil, nil, nil, nil, nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cuda: freeing a plan: %w", err)

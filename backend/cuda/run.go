@@ -41,30 +41,30 @@ const attrProgrammaticSerialization = 6
 // Run implements backend.Exec: it stages the batch into meta, runs the
 // launches that apply to the batch on the default stream (a small batch
 // as one graph replay) and copies the selected rows' logits, or hidden
-// states, back, which waits for the kernels.
+// states, back, which waits for the kernels: through the page-locked
+// staging memory where they fit, else straight into out.
 func (e *exec) Run(b *backend.Batch, out []float32) error {
-	if e.closed {
-		return errClosed
-	}
-	p := e.p
-	if err := p.Validate(b); err != nil {
+	src, n, err := e.output(b)
+	if err != nil {
 		return err
 	}
-	width, src := p.Vocab, p.Logits
-	if b.HiddenOnly {
-		width, src = p.Dim, p.Hidden
+	if len(out) != n {
+		return fmt.Errorf("cuda: output buffer of %d floats, want %d", len(out), n)
 	}
-	if len(out) != len(b.Selected)*width {
-		return fmt.Errorf("cuda: output buffer of %d floats, want %d", len(out), len(b.Selected)*width)
+	if n <= len(e.staged) {
+		rows, err := e.runStaged(b, src, n)
+		copy(out, rows)
+		return err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if e.be.closed {
 		return errBackendClosed
 	}
-	if err := e.replay(b); err != nil {
+	if err := e.replay(b, false); err != nil {
 		return err
 	}
+	// A synchronous copy, which waits for the launches before it.
 	d, c := e.be.drv, &e.sys
 	*c = callArgs{uintptr(unsafe.Pointer(&out[0])), uintptr(e.bufs[src]), uintptr(4 * len(out))}
 	r := c.call(d.memcpyDtoH, 3)
@@ -75,11 +75,85 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 	return nil
 }
 
-// replay makes the context current, stages the batch into meta and issues
+// RunView implements backend.Viewer: Run, with the rows left in the
+// page-locked staging memory they are copied to (smallRows rows fit).
+func (e *exec) RunView(b *backend.Batch) ([]float32, error) {
+	src, n, err := e.output(b)
+	if err != nil {
+		return nil, err
+	}
+	if n > len(e.staged) {
+		return nil, fmt.Errorf("cuda: %d selected rows exceed the %d a view holds", len(b.Selected), len(e.staged)/(n/len(b.Selected)))
+	}
+	return e.runStaged(b, src, n)
+}
+
+// output checks b for a run and says where its output rows are (the
+// logits, or the hidden states) and how many floats they hold.
+func (e *exec) output(b *backend.Batch) (src uint64, n int, err error) {
+	if e.closed {
+		return 0, 0, errClosed
+	}
+	p := e.p
+	if err := p.Validate(b); err != nil {
+		return 0, 0, err
+	}
+	width, buf := p.Vocab, p.Logits
+	if b.HiddenOnly {
+		width, buf = p.Dim, p.Hidden
+	}
+	return e.bufs[buf], len(b.Selected) * width, nil
+}
+
+// runStaged runs b and returns the n floats at src, fetched into staged.
+func (e *exec) runStaged(b *backend.Batch, src uint64, n int) ([]float32, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if e.be.closed {
+		return nil, errBackendClosed
+	}
+	if err := e.replay(b, false); err != nil {
+		return nil, err
+	}
+	if err := e.fetch(unsafe.Pointer(&e.staged[0]), src, 4*n); err != nil {
+		return nil, err
+	}
+	return e.staged[:n], nil
+}
+
+var _ backend.Viewer = (*exec)(nil)
+
+// fetch queues the copy of n bytes at src into dst (exec's staging
+// memory) behind the run's launches and waits for all of them.
+func (e *exec) fetch(dst unsafe.Pointer, src uint64, n int) error {
+	d, c := e.be.drv, &e.sys
+	*c = callArgs{uintptr(dst), uintptr(src), uintptr(n), 0}
+	if r := c.call(d.dtoHAsync, 4); r != 0 {
+		return fmt.Errorf("cuda: queueing the copy of the results: %w", d.err(r))
+	}
+	if r := c.call(d.ctxSync, 0); r != 0 {
+		return fmt.Errorf("cuda: running the plan: %w", d.err(r))
+	}
+	return nil
+}
+
+// replay makes the context current, stages the batch into meta (and with
+// draws set, the draws' parameters staged in drawHost after it) and issues
 // the launches that apply to it on the default stream (a small batch as
 // one graph replay). The caller has validated the batch and locked its
-// OS thread; the launches complete before the next synchronous copy.
-func (e *exec) replay(b *backend.Batch) error {
+// OS thread, and waits for the run's end (a synchronous copy or
+// cuCtxSynchronize) before it stages another batch; replay itself waits
+// when it fails.
+func (e *exec) replay(b *backend.Batch, draws bool) error {
+	err := e.issue(b, draws)
+	if err != nil {
+		e.sys.call(e.be.drv.ctxSync, 0)
+	}
+	return err
+}
+
+// issue is replay but for the wait on failure.
+func (e *exec) issue(b *backend.Batch, draws bool) error {
 	p := e.p
 	d, c := e.be.drv, &e.sys
 	c[0] = e.be.ctx
@@ -93,8 +167,14 @@ func (e *exec) replay(b *backend.Batch) error {
 	copy(h[metaArrays+fieldPos*m:], b.Pos)
 	copy(h[metaArrays+fieldSlots*m:], b.Slots)
 	copy(h[metaArrays+fieldSelected*m:], b.Selected)
-	*c = callArgs{uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(4 * len(h))}
-	if r := c.call(d.memcpyHtoD, 3); r != 0 {
+	// Queued: the launches below read meta after it lands, and h is not
+	// written again before the run's end has been waited for.
+	n := 4 * len(h)
+	if draws {
+		n = e.drawAt + 20*m
+	}
+	*c = callArgs{uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(n), 0}
+	if r := c.call(d.htoDAsync, 4); r != 0 {
 		return fmt.Errorf("cuda: copying the batch: %w", d.err(r))
 	}
 	hidden := 0

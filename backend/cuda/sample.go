@@ -21,18 +21,15 @@ import (
 var drawChunk = 2048 // a variable so tests can cover many chunks with a small vocabulary
 
 // drawState is an exec's device memory and launch arguments for draws,
-// allocated on the first RunSampled.
+// allocated on the first RunSampled. The parameters (seeds, steps and
+// temperatures) follow the batch in meta (exec.drawAt).
 type drawState struct {
-	temp, seed, step uint64 // device: float32 / uint64 / uint64 [MaxRows]
-	part             uint64 // device: float2 [MaxRows, chunks]
-	ids              uint64 // device: int32 [MaxRows]
-	chunks           int
-	hostTemp         []float32
-	hostSeed         []uint64
-	hostStep         []uint64
-	partial, pick    uintptr
-	args             [8 + 4]uint64 // draw_partial's 8 arguments, then draw_pick's 4
-	params           [8 + 4]uintptr
+	part          uint64 // device: float2 [MaxRows, chunks]
+	ids           uint64 // device: int32 [MaxRows]
+	chunks        int
+	partial, pick uintptr
+	args          [8 + 4]uint64 // draw_partial's 8 arguments, then draw_pick's 4
+	params        [8 + 4]uintptr
 }
 
 var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no token to draw")
@@ -64,43 +61,39 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 	if e.be.closed {
 		return errBackendClosed
 	}
-	if err := e.replay(b); err != nil {
-		return err
-	}
 	if e.draw == nil {
+		err := e.be.current()
+		runtime.UnlockOSThread() // current locks once more
+		if err != nil {
+			return err
+		}
 		if err := e.newDrawState(); err != nil {
 			return err
 		}
 	}
-	ds, d, c := e.draw, e.be.drv, &e.sys
+	dh := &e.drawHost
 	for i, x := range s {
-		ds.hostTemp[i], ds.hostSeed[i], ds.hostStep[i] = x.Temperature, x.Seed, x.Step
+		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
 	}
-	for _, cp := range []struct {
-		dst uint64
-		src unsafe.Pointer
-		n   int
-	}{{ds.temp, unsafe.Pointer(&ds.hostTemp[0]), 4 * sel}, {ds.seed, unsafe.Pointer(&ds.hostSeed[0]), 8 * sel}, {ds.step, unsafe.Pointer(&ds.hostStep[0]), 8 * sel}} {
-		*c = callArgs{uintptr(cp.dst), uintptr(cp.src), uintptr(cp.n)}
-		if r := c.call(d.memcpyHtoD, 3); r != 0 {
-			return fmt.Errorf("cuda: copying the draws' parameters: %w", d.err(r))
-		}
+	if err := e.replay(b, true); err != nil {
+		return err
 	}
+	ds, d, c := e.draw, e.be.drv, &e.sys
 	*c = callArgs{ds.partial, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, 0, uintptr(unsafe.Pointer(&ds.params[0])), 0}
-	if r := c.call(d.launchKernel, 11); r != 0 {
-		return fmt.Errorf("cuda: draw_partial: %w", d.err(r))
+	r := c.call(d.launchKernel, 11)
+	if r == 0 {
+		*c = callArgs{ds.pick, uintptr(sel), 1, 1, drawThreads, 1, 1, 0, 0, uintptr(unsafe.Pointer(&ds.params[8])), 0}
+		r = c.call(d.launchKernel, 11)
 	}
-	*c = callArgs{ds.pick, uintptr(sel), 1, 1, drawThreads, 1, 1, 0, 0, uintptr(unsafe.Pointer(&ds.params[8])), 0}
-	if r := c.call(d.launchKernel, 11); r != 0 {
-		return fmt.Errorf("cuda: draw_pick: %w", d.err(r))
-	}
-	*c = callArgs{uintptr(unsafe.Pointer(&out[0])), uintptr(ds.ids), uintptr(4 * sel)}
-	r := c.call(d.memcpyDtoH, 3)
-	runtime.KeepAlive(out)
 	runtime.KeepAlive(ds)
 	if r != 0 {
-		return fmt.Errorf("cuda: running the plan and the draws: %w", d.err(r))
+		c.call(d.ctxSync, 0)
+		return fmt.Errorf("cuda: launching the draws: %w", d.err(r))
 	}
+	if err := e.fetch(unsafe.Pointer(&dh.ids[0]), ds.ids, 4*sel); err != nil {
+		return err
+	}
+	copy(out, dh.ids[:sel])
 	for i, id := range out {
 		if id < 0 {
 			return fmt.Errorf("row %d: %w", b.Selected[i], errNoCandidate)
@@ -122,20 +115,20 @@ func (e *exec) newDrawState() error {
 		return errors.New("cuda: the draw kernels are missing")
 	}
 	m := p.MaxRows
-	ds := &drawState{chunks: (p.Vocab + drawChunk - 1) / drawChunk, partial: partial, pick: pick,
-		hostTemp: make([]float32, m), hostSeed: make([]uint64, m), hostStep: make([]uint64, m)}
+	ds := &drawState{chunks: (p.Vocab + drawChunk - 1) / drawChunk, partial: partial, pick: pick}
 	for _, a := range []struct {
 		ptr *uint64
 		n   int
-	}{{&ds.temp, 4 * m}, {&ds.seed, 8 * m}, {&ds.step, 8 * m}, {&ds.part, 8 * m * ds.chunks}, {&ds.ids, 4 * m}} {
+	}{{&ds.part, 8 * m * ds.chunks}, {&ds.ids, 4 * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
 		}
 		*a.ptr = ptr
 	}
+	seed := e.meta + uint64(e.drawAt)
 	ds.args = [12]uint64{
-		ds.part, e.bufs[p.Logits], ds.temp, ds.seed, ds.step, e.meta, uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)),
+		ds.part, e.bufs[p.Logits], seed + uint64(16*m), seed, seed + uint64(8*m), e.meta, uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)),
 		ds.ids, ds.part, e.meta, uint64(uint32(ds.chunks)),
 	}
 	for i := range ds.args {

@@ -204,7 +204,8 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 		if err := start(); err != nil {
 			return err
 		}
-		return seq.ForwardInto(prompt, false, logits)
+		_, err := seq.ForwardView(prompt)
+		return err
 	}
 	one := []int32{0}
 	toks, all := make([]int32, s.parallel), make([]float32, s.parallel*m.Vocab())
@@ -214,8 +215,10 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 		}
 		for range steps {
 			if s.parallel == 1 {
+				// The logits are left where the backend put them, as
+				// llama-bench leaves llama.cpp's in its output buffer.
 				one[0] = token()
-				if err := seq.ForwardInto(one, false, logits); err != nil {
+				if _, err := seq.ForwardView(one); err != nil {
 					return err
 				}
 				continue

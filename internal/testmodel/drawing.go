@@ -57,3 +57,43 @@ func (e *drawingExec) WriteRows(buf backend.BufID, src []float32) error {
 	}
 	return w.WriteRows(buf, src)
 }
+
+// Viewing wraps a backend so that its executables hand out their output
+// rows in place (backend.Viewer), as the CUDA backend does from its
+// staging memory. Views counts the runs they made so.
+type Viewing struct {
+	backend.Backend
+	Views int
+}
+
+// Compile wraps the inner executable.
+func (v *Viewing) Compile(p *backend.Program) (backend.Exec, error) {
+	x, err := v.Backend.Compile(p)
+	if err != nil {
+		return nil, err
+	}
+	return &viewingExec{Exec: x, rows: make([]float32, max(p.Vocab, p.Dim)), p: p, v: v}, nil
+}
+
+type viewingExec struct {
+	backend.Exec
+	rows []float32
+	p    *backend.Program
+	v    *Viewing
+}
+
+// RunView runs a batch of one selected row into the wrapper's own memory.
+func (e *viewingExec) RunView(b *backend.Batch) ([]float32, error) {
+	if len(b.Selected) != 1 {
+		return nil, errors.New("testmodel: a view holds one row")
+	}
+	width := e.p.Vocab
+	if b.HiddenOnly {
+		width = e.p.Dim
+	}
+	if err := e.Run(b, e.rows[:width]); err != nil {
+		return nil, err
+	}
+	e.v.Views++
+	return e.rows[:width], nil
+}

@@ -1,0 +1,127 @@
+package cuda
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/engine"
+	"github.com/weftlm/weft/weights"
+)
+
+// recorder is a Backend that keeps the executable it compiled last, so a
+// test can reach the plan under an engine.Model.
+type recorder struct {
+	*Backend
+	last *exec
+}
+
+func (r *recorder) Compile(p *backend.Program) (backend.Exec, error) {
+	e, err := r.Backend.Compile(p)
+	if x, ok := e.(*exec); ok {
+		r.last = x
+	}
+	return e, err
+}
+
+// TestStepOverhead measures what a one-row decode step costs beyond the
+// device's own time, for the GGUF at WEFT_STEP_OVERHEAD, every step at
+// one position: µs a step of ForwardInto (logits copied to the caller),
+// ForwardView (logits left in the staging memory, what weft bench
+// times), StepSampled (the token drawn on the device, what generation
+// runs), the graph replay alone waited for each step, and the graph
+// replayed back to back (the device time: nothing of the host between
+// steps). A measuring aid: it checks nothing.
+func TestStepOverhead(t *testing.T) {
+	path := os.Getenv("WEFT_STEP_OVERHEAD")
+	if path == "" {
+		t.Skip("set WEFT_STEP_OVERHEAD to a GGUF")
+	}
+	rec := &recorder{Backend: newGPU(t)}
+	w, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	m, err := engine.Load(w, rec, engine.Options{Context: 1024, MaxBatch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e := rec.last
+	seq, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const at, steps = 64, 128
+	logits := make([]float32, m.Vocab())
+	tok := []int32{7}
+	for range at {
+		if err := seq.ForwardInto(tok, false, logits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewind := func() {
+		if err := seq.Rewind(at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timed := func(step func() error) float64 {
+		start := time.Now()
+		for range steps {
+			rewind()
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return float64(time.Since(start).Microseconds()) / steps
+	}
+	into := timed(func() error { return seq.ForwardInto(tok, false, logits) })
+	view := timed(func() error {
+		_, err := seq.ForwardView(tok)
+		return err
+	})
+	seqs, ids := []*engine.Sequence{seq}, []int32{0}
+	s := []backend.Sampling{{}}
+	sampled := timed(func() error { return m.StepSampled(seqs, tok, s, ids) })
+
+	// The model's first sequence holds cache slot 0.
+	b := &backend.Batch{Tokens: []int32{7}, Pos: []int32{at}, Slots: []int32{0}, Selected: []int32{0}}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d := e.be.drv
+	replay := timed(func() error {
+		if err := e.replay(b, false); err != nil {
+			return err
+		}
+		if r := d.cuCtxSynchronize(); r != 0 {
+			return d.err(r)
+		}
+		return nil
+	})
+
+	g := e.graphs[1][1][0]
+	if g == 0 {
+		t.Fatal("no graph for one row")
+	}
+	start := time.Now()
+	if err := e.replay(b, false); err != nil {
+		t.Fatal(err)
+	}
+	c := &e.sys
+	for range steps - 1 {
+		*c = callArgs{g, 0}
+		if r := c.call(d.graphLaunch, 2); r != 0 {
+			t.Fatal(d.err(r))
+		}
+	}
+	if r := d.cuCtxSynchronize(); r != 0 {
+		t.Fatal(d.err(r))
+	}
+	device := float64(time.Since(start).Microseconds()) / steps
+	t.Logf("%s at position %d, µs a step: ForwardInto %.1f, ForwardView %.1f, StepSampled %.1f, replay and wait %.1f, back to back %.1f",
+		filepath.Base(path), at, into, view, sampled, replay, device)
+}
