@@ -66,7 +66,7 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 	}
 	// A synchronous copy, which waits for the launches before it.
 	d, c := e.be.drv, &e.sys
-	*c = callArgs{uintptr(unsafe.Pointer(&out[0])), uintptr(e.bufs[src]), uintptr(4 * len(out))}
+	*c = callArgs{uintptr(unsafe.Pointer(&out[0])), uintptr(src), uintptr(4 * len(out))}
 	r := c.call(d.memcpyDtoH, 3)
 	runtime.KeepAlive(out)
 	if r != 0 {
