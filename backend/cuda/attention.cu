@@ -395,28 +395,32 @@ __device__ __forceinline__ void attention_split_t(
     if (as_last(count, r, nkv, kvh, ns)) as_merge(out, part, qa, ds, Ws + warp * AS_MAXS, r, nheads, kvh, G, S, ns, hd, warp, lane, AS_WARPS);
 }
 
-// attention_split_w_t is attention_split_t for heads of exactly 32·DQ dims
-// and up to AW_HEADS query heads a kv head, with DQ warps a query head:
-// warp w takes head g = w / DQ and its dims [32·dq, 32·dq + 32), dq = w %
-// DQ. The scores' dot products split the same way: each warp sums its 32
-// dims of the tile's keys (lane j: key j) into shared memory, and every
-// warp of the head adds the DQ partial sums in the order dq = 0, 1, ...,
-// so all of them hold the same scores and run the same online softmax;
-// each then accumulates its own 32 dims of P·V, one block of the
-// quantized output. The chain a warp runs is a DQ-th of
+// attention_split_w_t is attention_split_t for heads of exactly 32·DQ·ND
+// dims and up to AW_HEADS query heads a kv head, with DQ warps a query
+// head: warp w takes head g = w / DQ and its W = 32·ND dims [W·dq, W·dq +
+// W), dq = w % DQ. The scores' dot products split the same way: each warp
+// sums its W dims of the tile's keys (lane j: key j) into shared memory,
+// and every warp of the head adds the DQ partial sums in the order dq =
+// 0, 1, ..., so all of them hold the same scores and run the same online
+// softmax; each then accumulates its own W dims of P·V (lane l: dims l,
+// l+32, ...), ND blocks of the quantized output. With ND = 1 the chain a
+// warp runs is a DQ-th of
 // attention_split_gHdN's (whose lane holds a whole 128-dim dot product
 // and DQ output dims), and a block of 4·DQ warps gives each scheduler DQ
 // warps to hide each other's latencies: at short contexts the attention
 // is a chain of dependent instructions in warps that run alone on their
 // scheduler (ncu: ~10 cycles an instruction, 8B shape). Geometry, copies,
 // partials and merge as attention_split_t; grid (nkv·S, rows).
+// (A minimum of 1,024 threads a multiprocessor in the launch bounds, 64
+// registers a thread, made NVRTC 11.8 spill 36-56 bytes in every w
+// kernel, where unbounded they take 50-57 registers and none.)
 #define AW_HEADS 4
-template <typename C, bool ASYNC, int DQ>
+template <typename C, bool ASYNC, int DQ, int ND>
 __device__ __forceinline__ void attention_split_w_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int cap, float scale, float softcap, int window, signed char* qa, float2* ds, float* part,
     int* count, int S, int kt, int keys) {
-    constexpr int HD = 32 * DQ, HDP = HD + 4;
+    constexpr int W = 32 * ND, HD = DQ * W, HDP = HD + 4;
     PHASE(0);
     extern __shared__ __align__(16) float sms[];
     int r = blockIdx.y;
@@ -429,9 +433,9 @@ __device__ __forceinline__ void attention_split_w_t(
     float* Ks = sms;                  // [kt][HDP]
     float* Vs = Ks + kt * HDP;        // [kt][HD]
     float* Qs = Vs + kt * HD;         // [AW_HEADS][HD]
-    float* Ps = Qs + AW_HEADS * HD;   // [AW_HEADS][DQ][32]: partial scores
-    float* Es = Ps + AW_HEADS * HD;   // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
-    float* Ws = Es + AW_HEADS * HD;   // [AW_HEADS][AS_MAXS]: merge weights
+    float* Ps = Qs + AW_HEADS * HD;      // [AW_HEADS][DQ][32]: partial scores
+    float* Es = Ps + AW_HEADS * DQ * 32; // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
+    float* Ws = Es + AW_HEADS * DQ * 32; // [AW_HEADS][AS_MAXS]: merge weights
     int j0, j1, ns;
     if (!as_run(p, window, S, keys, kt, s, j0, j1, ns)) return;
     u64 base = (u64)slot * cap * kvdim + (u64)kvh * HD;
@@ -440,7 +444,9 @@ __device__ __forceinline__ void attention_split_w_t(
     PDL_ATTN;
     PHASE(1);
 
-    float m = NEG_INF, l = 0.f, acc = 0.f;
+    float m = NEG_INF, l = 0.f, acc[ND];
+#pragma unroll
+    for (int k = 0; k < ND; k++) acc[k] = 0.f;
     for (int t0 = j0; t0 < j1; t0 += kt) {
         int nt = min(kt, j1 - t0);
         __syncthreads(); // the previous tile and its partial scores are consumed
@@ -465,10 +471,10 @@ __device__ __forceinline__ void attention_split_w_t(
         if (live) {
             float d = 0.f;
             if (lane < nt) {
-                const float* qg = Qs + g * HD + 32 * dq;
-                const float* kj = Ks + lane * HDP + 32 * dq;
+                const float* qg = Qs + g * HD + W * dq;
+                const float* kj = Ks + lane * HDP + W * dq;
 #pragma unroll
-                for (int c = 0; c < 32; c += 4) {
+                for (int c = 0; c < W; c += 4) {
                     float4 a = *(const float4*)(qg + c), b = *(const float4*)(kj + c);
                     d += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
                 }
@@ -490,25 +496,32 @@ __device__ __forceinline__ void attention_split_w_t(
             l = l * corr + warp_sum(e);
             m = mn;
             if (t0 == j0 && warp == 0) PHASE(3);
-            acc *= corr;
+#pragma unroll
+            for (int k = 0; k < ND; k++) acc[k] *= corr;
             // The weights go through the warp's own shared memory, read
             // four keys at a time, rather than a shuffle a key: P·V's
             // shared memory traffic is then what attention_split_gHdN's is
-            // (the values), plus a quarter.
+            // (the values), plus a 4·ND-th.
             float* ew = Es + warp * 32;
             ew[lane] = e;
             __syncwarp();
-            const float* vd = Vs + 32 * dq + lane;
+            const float* vd = Vs + W * dq + lane;
             int j = 0;
 #pragma unroll 2
             for (; j + 4 <= nt; j += 4) {
                 float4 e4 = *(const float4*)(ew + j);
-                acc += e4.x * vd[j * HD];
-                acc += e4.y * vd[(j + 1) * HD];
-                acc += e4.z * vd[(j + 2) * HD];
-                acc += e4.w * vd[(j + 3) * HD];
+#pragma unroll
+                for (int k = 0; k < ND; k++) {
+                    acc[k] += e4.x * vd[j * HD + 32 * k];
+                    acc[k] += e4.y * vd[(j + 1) * HD + 32 * k];
+                    acc[k] += e4.z * vd[(j + 2) * HD + 32 * k];
+                    acc[k] += e4.w * vd[(j + 3) * HD + 32 * k];
+                }
             }
-            for (; j < nt; j++) acc += ew[j] * vd[j * HD];
+            for (; j < nt; j++) {
+#pragma unroll
+                for (int k = 0; k < ND; k++) acc[k] += ew[j] * vd[j * HD + 32 * k];
+            }
             __syncwarp(); // ew is rewritten at the next tile
         }
     }
@@ -517,17 +530,21 @@ __device__ __forceinline__ void attention_split_w_t(
     u64 hb = (u64)r * nheads + (u64)kvh * G + g; // the warp's query head
     if (ns == 1) {
         if (live) {
-            u64 o = hb * HD + 32 * dq + lane;
-            float v = acc / l;
-            out[o] = v;
-            if (qa) q8_store(v, qa + o, ds + (o >> 5), lane);
+#pragma unroll
+            for (int k = 0; k < ND; k++) {
+                u64 o = hb * HD + W * dq + 32 * k + lane;
+                float v = acc[k] / l;
+                out[o] = v;
+                if (qa) q8_store(v, qa + o, ds + (o >> 5), lane);
+            }
         }
         PHASE(5);
         return;
     }
     if (live) {
         float* pp = part + (hb * S + s) * (HD + 2);
-        pp[32 * dq + lane] = acc;
+#pragma unroll
+        for (int k = 0; k < ND; k++) pp[W * dq + 32 * k + lane] = acc[k];
         if (dq == 0 && lane == 0) {
             pp[HD] = m;
             pp[HD + 1] = l;
@@ -537,21 +554,26 @@ __device__ __forceinline__ void attention_split_w_t(
         as_merge(out, part, qa, ds, Ws + warp * AS_MAXS, r, nheads, kvh, G, S, ns, HD, warp, lane, AW_HEADS);
 }
 
-#define ATTENTION_SPLIT_W(name, C, ASYNC, DQ)                                                                          \
+#define ATTENTION_SPLIT_W(name, C, ASYNC, DQ, ND)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * AW_HEADS * DQ) name(                                         \
         float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,   \
         int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,  \
         float* part, int* count, int S, int kt, int keys) {                                                         \
-        attention_split_w_t<C, ASYNC, DQ>(out, q, kc, vc, meta, pos, slots, nheads, nkv, cap, scale, softcap, window, qa, \
+        attention_split_w_t<C, ASYNC, DQ, ND>(out, q, kc, vc, meta, pos, slots, nheads, nkv, cap, scale, softcap, window, qa, \
                                        ds, part, count, S, kt, keys);                                               \
     }
 // Heads of 64 dims (Llama 3.2 1B) with up to 4 query heads a kv head
-// (planmm.go's splitWarpKernels). DQ = 4 (128 dims, the 8B shape) was
-// faster from an empty cache (tg128 +4 % on 8B Q4_0) but 9-10 % slower
-// 2,048 positions deep, where its 16-warp blocks' extra softmaxes and
-// barriers run for every 32 keys: the 8B shape keeps attention_split_g1d4.
-ATTENTION_SPLIT_W(attention_split_w2, float, true, 2)
-ATTENTION_SPLIT_W(attention_split_w2_h, u16, false, 2)
+// (planmm.go's splitWarpKernels): w2. Heads of 128 dims (Llama 3 8B)
+// while the batch's rows are at short positions (planmm.go's
+// splitShallow128): w2x2, 2 warps of 64 dims a head and 8 a block; deeper
+// they run attention_split_g1d4. DQ = 4 (w4) was faster from an empty
+// cache (tg128 +4 % on 8B Q4_0) but 9-10 % slower 2,048 positions deep,
+// where its 16-warp blocks' extra softmaxes and barriers run for every 32
+// keys, and capping its splits did not save it.
+ATTENTION_SPLIT_W(attention_split_w2, float, true, 2, 1)
+ATTENTION_SPLIT_W(attention_split_w2_h, u16, false, 2, 1)
+ATTENTION_SPLIT_W(attention_split_w2x2, float, true, 2, 2)
+ATTENTION_SPLIT_W(attention_split_w2x2_h, u16, false, 2, 2)
 
 #define ATTENTION_SPLIT(name, C, ASYNC, HPW, ND)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) name(                                              \

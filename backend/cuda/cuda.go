@@ -27,8 +27,10 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/weftlm/weft/backend"
@@ -65,9 +67,9 @@ func kernelNames() []string {
 		names = append(names, k)
 		cached = append(cached, k)
 	}
-	for _, k := range splitWarpKernels {
-		names = append(names, k)
-		cached = append(cached, k)
+	for _, k := range append(slices.Collect(maps.Values(splitWarpKernels)), splitShallow128) {
+		names = append(names, k.name)
+		cached = append(cached, k.name)
 	}
 	for _, name := range cached {
 		names = append(names, name+"_h") // over f16 caches

@@ -505,8 +505,9 @@ func TestNVRTCCompilesKernels(t *testing.T) {
 	}
 }
 
-// TestPlanSplitAttention checks which decode attention kernel each head
-// shape gets, and how many splits a cache makes.
+// TestPlanSplitAttention checks which decode attention kernels each head
+// shape gets (by depth where they differ: shallow, then deep, launches),
+// and how many splits a cache makes.
 func TestPlanSplitAttention(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string
@@ -515,20 +516,24 @@ func TestPlanSplitAttention(t *testing.T) {
 		splits, kt             int32
 		keys                   int  // planOptions.splitKeys
 		lane                   bool // planOptions.attnLane
+		deepAt                 int  // planOptions.deepAt
 	}{
-		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 32, 32, 0, false},
-		{"gqa4-64-lane", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0, true},
-		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false},
-		{"gqa5-64", 10, 2, 64, 1000, []string{"attention_split_g2d2", "attention_tiled_64"}, 32, 32, 0, false},
-		{"gqa4-96", 8, 2, 96, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false},
-		{"short", 8, 2, 64, 40, []string{"attention_split_w2", "attention_tiled_64"}, 2, 32, 0, false},
-		{"long", 8, 2, 64, 100000, []string{"attention_split_w2", "attention_tiled_64"}, attSplitMax, 32, 0, false},
-		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0, false},
-		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0, false},
-		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0, false},
-		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0, false},
-		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, -1, false},
-		{"keys-100", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 10, 32, 100, false},
+		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 32, 32, 0, false, 0},
+		{"gqa4-64-lane", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0, true, 0},
+		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_w2x2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, 0},
+		{"gqa4-128-at-200", 32, 8, 128, 1000, []string{"attention_split_w2x2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, 200},
+		{"gqa4-128-deep", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, -1},
+		{"gqa4-128-lane", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, true, 0},
+		{"gqa5-64", 10, 2, 64, 1000, []string{"attention_split_g2d2", "attention_tiled_64"}, 32, 32, 0, false, 0},
+		{"gqa4-96", 8, 2, 96, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, 0},
+		{"short", 8, 2, 64, 40, []string{"attention_split_w2", "attention_tiled_64"}, 2, 32, 0, false, 0},
+		{"long", 8, 2, 64, 100000, []string{"attention_split_w2", "attention_tiled_64"}, attSplitMax, 32, 0, false, 0},
+		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0, false, 0},
+		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0, false, 0},
+		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0, false, 0},
+		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0, false, 0},
+		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, -1, false, 0},
+		{"keys-100", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 10, 32, 100, false, 0},
 	} {
 		b := newProg(t, 1, 16, 1, tc.context, tc.heads*tc.hd)
 		q, k, v, att := b.buf(tc.heads*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.heads*tc.hd)
@@ -536,17 +541,19 @@ func TestPlanSplitAttention(t *testing.T) {
 		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
 		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: tc.heads, NKV: tc.kv, HeadDim: tc.hd, Scale: 0.25})
 		b.p.Logits = att
-		pl, err := plan(b.p, planOptions{sms: 4, splitKeys: tc.keys, attnLane: tc.lane})
+		pl, err := plan(b.p, planOptions{sms: 4, splitKeys: tc.keys, attnLane: tc.lane, deepAt: tc.deepAt})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		var sk, lk []string
+		var depths []depth
 		for _, c := range pl.calls {
 			if c.op != 1 {
 				continue
 			}
 			if c.cond != large {
 				sk = append(sk, c.kernel)
+				depths = append(depths, c.depth)
 			}
 			if c.cond != small {
 				lk = append(lk, c.kernel)
@@ -554,8 +561,8 @@ func TestPlanSplitAttention(t *testing.T) {
 			if strings.HasPrefix(c.kernel, "attention_split") {
 				n := len(c.args)
 				warps, smem := attSplitWarps, 4*(int(tc.kt)*(2*tc.hd+4)+tc.heads/tc.kv*tc.hd+attSplitWarps*attSplitMax)
-				if strings.HasPrefix(c.kernel, "attention_split_w") {
-					warps, smem = attSplitWHeads*tc.hd/32, 4*(int(tc.kt)*(2*tc.hd+4)+3*attSplitWHeads*tc.hd+attSplitWHeads*attSplitMax)
+				if strings.HasPrefix(c.kernel, "attention_split_w") { // w2 and w2x2: 2 warps a head
+					warps, smem = 2*attSplitWHeads, 4*(int(tc.kt)*(2*tc.hd+4)+attSplitWHeads*tc.hd+2*attSplitWHeads*2*32+attSplitWHeads*attSplitMax)
 				}
 				if c.block != uint32(32*warps) || c.shared != uint32(smem) {
 					t.Errorf("%s: %s in blocks of %d threads with %d bytes of shared memory, want %d and %d", tc.name, c.kernel, c.block, c.shared, 32*warps, smem)
@@ -574,6 +581,15 @@ func TestPlanSplitAttention(t *testing.T) {
 		}
 		if got := append(sk, lk...); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: kernels %v (small) %v (large), want %v", tc.name, sk, lk, tc.want)
+		}
+		// Two launches for small batches are a shallow and a deep one,
+		// from the plan's deepAt on; one runs at every depth.
+		wantDepths, wantAt := []depth{anyDepth}, 0
+		if len(sk) == 2 {
+			wantDepths, wantAt = []depth{shallow, deep}, cmp.Or(tc.deepAt, attDeepAt)
+		}
+		if !slices.Equal(depths, wantDepths) || pl.deepAt != wantAt {
+			t.Errorf("%s: depths %v from %d, want %v from %d", tc.name, depths, pl.deepAt, wantDepths, wantAt)
 		}
 	}
 }
@@ -629,20 +645,26 @@ func TestGeometryMatchesSource(t *testing.T) {
 			}
 		}
 	}
-	// attention_split_wN takes heads of 32·N dims with N warps a head, as
-	// the plan's block size (attSplitWHeads·N warps) assumes.
-	for hd, name := range splitWarpKernels {
-		for _, n := range []string{name, name + "_h"} {
+	// attention_split_wN is compiled for the warps a head (and heads of
+	// 32·warps·dims-a-lane dims) the plan gives it: its block size is
+	// attSplitWHeads warps a head.
+	ks := map[int]splitWarpKernel{128: splitShallow128}
+	for hd, k := range splitWarpKernels {
+		ks[hd] = k
+	}
+	for hd, k := range ks {
+		for _, n := range []string{k.name, k.name + "_h"} {
 			found := false
 			for _, line := range strings.Split(kernelSource, "\n") {
 				if rest, ok := strings.CutPrefix(line, "ATTENTION_SPLIT_W("+n+","); ok {
 					f := strings.Split(strings.TrimSuffix(rest, ")"), ", ")
-					dq, err := strconv.Atoi(f[len(f)-1])
-					found = err == nil && 32*dq == hd
+					dq, err1 := strconv.Atoi(f[len(f)-2])
+					nd, err2 := strconv.Atoi(f[len(f)-1])
+					found = err1 == nil && err2 == nil && dq == k.dq && 32*dq*nd == hd
 				}
 			}
 			if !found {
-				t.Errorf("%s is not compiled for heads of %d dims", n, hd)
+				t.Errorf("%s is not compiled for %d warps a head of %d dims", n, k.dq, hd)
 			}
 		}
 	}

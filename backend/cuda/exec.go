@@ -49,9 +49,11 @@ type exec struct {
 	args   []uint64
 	params []uintptr
 
-	// graphs[rows][selected][hidden] replays every launch of a batch of
-	// that shape (rows <= smallRows); captured on first use on stream.
-	graphs [smallRows + 1][smallRows + 1][2]uintptr
+	// graphs[rows][selected][hidden][deep] replays every launch of a batch
+	// of that shape (rows <= smallRows; deep: a row at deepAt or past it);
+	// captured on first use on stream.
+	graphs [smallRows + 1][smallRows + 1][2][2]uintptr
+	deepAt int32 // the position from which deep launches run (0: the plan has none)
 	stream uintptr
 	pdl    bool // capture with programmatic dependent launch
 	cfg    launchConfig
@@ -78,7 +80,8 @@ type launch struct {
 	which  int
 	cond   cond
 	gemm   *boundGemm
-	serial bool   // launched without programmatic dependent launch
+	serial bool // launched without programmatic dependent launch
+	depth  depth
 	kernel string // the kernel's name (or "" for a cuBLAS product)
 }
 
@@ -148,6 +151,7 @@ func envPlanOptions() planOptions {
 	return planOptions{splitKeys: attentionSplitKeys(), noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0",
 		gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
 		attnWide: os.Getenv("WEFT_CUDA_ATTN_GENERAL") == "1", attnLane: os.Getenv("WEFT_CUDA_ATTN_LANE") == "1",
+		deepAt:  envInt("WEFT_CUDA_ATTN_DEEP"),
 		noBreak: os.Getenv("WEFT_CUDA_BREAK") == "0", noGLU: os.Getenv("WEFT_CUDA_GLU") == "0",
 		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32,
 		twinGrid: min(max(envInt("WEFT_CUDA_TWIN_GRID"), 0), 16), glu1Warps: envInt("WEFT_CUDA_GLU1_WARPS"), twinRPB: envInt("WEFT_CUDA_TWIN_RPB"), twin13RPB: envInt("WEFT_CUDA_TWIN13_RPB")}
@@ -167,7 +171,7 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	if err := b.current(); err != nil {
 		return nil, err
 	}
-	e := &exec{be: b, p: p, debugSync: os.Getenv("WEFT_CUDA_SYNC") == "1", alpha: 1,
+	e := &exec{be: b, p: p, debugSync: os.Getenv("WEFT_CUDA_SYNC") == "1", alpha: 1, deepAt: int32(pl.deepAt),
 		pdl: b.target.arch >= 90 && os.Getenv("WEFT_CUDA_PDL") != "0"}
 	if err := e.allocate(pl); err != nil {
 		e.free()
@@ -460,7 +464,7 @@ func (e *exec) bind(calls []call) error {
 	at := 0
 	for _, c := range calls {
 		l := launch{op: c.op, head: e.p.Ops[c.op].Head, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
-			which: c.which, cond: c.cond, serial: c.serial}
+			which: c.which, cond: c.cond, serial: c.serial, depth: c.depth}
 		if c.gemm != nil {
 			g := c.gemm
 			l.gemm = &boundGemm{out: e.resolve(g.out), x: e.resolve(g.x), w: e.resolve(g.w), n: g.n, k: g.k}
@@ -536,12 +540,14 @@ func (e *exec) free() error {
 	var errs []error
 	for i := range e.graphs {
 		for j := range e.graphs[i] {
-			for k, g := range e.graphs[i][j] {
-				if g != 0 {
-					if r := d.cuGraphExecDestroy(g); r != 0 {
-						errs = append(errs, d.err(r))
+			for k := range e.graphs[i][j] {
+				for l, g := range e.graphs[i][j][k] {
+					if g != 0 {
+						if r := d.cuGraphExecDestroy(g); r != 0 {
+							errs = append(errs, d.err(r))
+						}
+						e.graphs[i][j][k][l] = 0
 					}
-					e.graphs[i][j][k] = 0
 				}
 			}
 		}

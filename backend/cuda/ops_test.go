@@ -137,6 +137,11 @@ type opCase struct {
 	// warps: an attention case whose decode kernel is attention_split_wN
 	// (splitWarpKernels), run again with WEFT_CUDA_ATTN_LANE=1.
 	warps bool
+	// deep: an attention case of 128-dim heads, whose decode kernel is
+	// splitShallow128 below the plan's deepAt and attention_split_g1d4
+	// from there on: run again with deepAt at 20 (both in one run) and
+	// at -1 (g1d4 only).
+	deep bool
 }
 
 func opCases() []opCase {
@@ -349,6 +354,10 @@ func opCases() []opCase {
 		// a ring window with a soft cap, and a kv head whose 3 query heads
 		// leave a quarter of the block's warps without a head.
 		{"window-softcap-64", 8, 2, 64, 7, 30, 6, 3}, {"long-gqa3-64", 6, 2, 64, 0, 0, 6, 2},
+		// Heads of 128 dims with up to 4 query heads a kv head (above:
+		// mha-128, tiled-128) run attention_split_w2x2 at short positions
+		// and attention_split_g1d4 deeper; this one splits the cache.
+		{"long-128", 8, 2, 128, 0, 0, 8, 1},
 	} {
 		maxRows, slots, context, steps := ac.maxRows, ac.slots, 40, 0
 		switch {
@@ -360,7 +369,8 @@ func opCases() []opCase {
 		shaped := ac.hd%4 == 0 && splitKernel(ac.heads/ac.kv, ac.hd, planOptions{}) != "attention_split"
 		_, warps := splitWarpKernels[ac.hd]
 		warps = warps && ac.heads/ac.kv <= attSplitWHeads
-		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5, steps: steps, shaped: shaped, warps: warps,
+		deep := ac.hd == 128 && ac.heads/ac.kv <= attSplitWHeads
+		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5, steps: steps, shaped: shaped, warps: warps || deep, deep: deep,
 			build: func(b *progBuilder, out backend.BufID) {
 				q, k, v := b.buf(ac.heads*ac.hd), b.buf(ac.kv*ac.hd), b.buf(ac.kv*ac.hd)
 				b.fill(q, 1)
@@ -419,6 +429,14 @@ func TestOpsAgainstCPU(t *testing.T) {
 					t.Setenv("WEFT_CUDA_ATTN_LANE", "1")
 					run(t, tc.tol)
 				})
+			}
+			if tc.deep {
+				for _, at := range []string{"20", "-1"} {
+					t.Run("deep"+at+"/"+tc.name, func(t *testing.T) {
+						t.Setenv("WEFT_CUDA_ATTN_DEEP", at)
+						run(t, tc.tol)
+					})
+				}
 			}
 			// The general decode kernel for shapes that have their own.
 			if tc.shaped {

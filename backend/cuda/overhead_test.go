@@ -103,7 +103,7 @@ func TestStepOverhead(t *testing.T) {
 		return nil
 	})
 
-	g := e.graphs[1][1][0]
+	g := e.graphs[1][1][0][0] // at position 64: shallow
 	if g == 0 {
 		t.Fatal("no graph for one row")
 	}

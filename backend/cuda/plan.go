@@ -150,7 +150,24 @@ type call struct {
 	// serial launches the kernel without programmatic dependent launch:
 	// it starts once the launch before it has finished (breakChains).
 	serial bool
+	depth  depth // the batches it runs on by their rows' positions
 }
+
+// depth selects launches by how deep a batch's rows are in their caches:
+// shallow launches run while every row's position is below the plan's
+// deepAt, deep ones from there on (the kernels for 8B-shaped decode
+// attention, planSplitAttention). A plan without them captures one graph
+// a batch shape, as before.
+type depth uint8
+
+const (
+	anyDepth depth = iota
+	shallow
+	deep
+)
+
+// holds reports whether a launch under d runs on a batch that is deep or not.
+func (d depth) holds(isDeep bool) bool { return d == anyDepth || (d == deep) == isDeep }
 
 // matInfo describes a program weight as the device stores it: rows of
 // rowBytes in its stored type (for Q8_0, Q4_0 and the K-quants the quants
@@ -280,6 +297,11 @@ type planOptions struct {
 	// normThreads, a multiple of 32, bounds a norm block's threads (0:
 	// maxNormThreads; WEFT_CUDA_NORM_THREADS, for comparisons).
 	normThreads int
+	// deepAt is the position from which 128-dim heads' decode attention
+	// runs attention_split_g1d4 rather than attention_split_w2x2 (0:
+	// attDeepAt, below 0: g1d4 at every position; WEFT_CUDA_ATTN_DEEP, for
+	// comparisons).
+	deepAt int
 }
 
 // planned is a checked program: its launches, how each weight is stored
@@ -288,6 +310,7 @@ type planned struct {
 	calls   []call
 	mats    []matInfo
 	scratch [numScratch]int64
+	deepAt  int // the position from which deep launches run, where it has any (0: none)
 }
 
 // planState follows which activation the shared scratch areas hold, so

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 
@@ -211,58 +212,50 @@ func planAttention(p *backend.Program, pl *planned, st *planState, op *backend.O
 	}
 	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
 		shared: uint32(4 * attentionWarps * (hd + 2)), args: append(append([]arg(nil), args...), q8, ds), which: metaRows}
-	split, splitOK := planSplitAttention(p, pl, op, c.Capacity, opt, append(append([]arg(nil), args...), q8, ds))
+	split := planSplitAttention(p, pl, op, c.Capacity, opt, append(append([]arg(nil), args...), q8, ds))
+	for i := range split {
+		split[i].cond = small
+	}
 	if !tiles {
-		if !splitOK {
+		if split == nil {
 			return []call{dec}, nil
 		}
 		// Batches of up to smallRows rows split over positions, larger
 		// ones run the decode kernel (heads too large for the tiles).
-		dec.cond, split.cond = large, small
-		return []call{split, dec}, nil
+		dec.cond = large
+		return append(split, dec), nil
 	}
-	if splitOK {
-		dec = split
+	if split == nil {
+		dec.cond = small
+		split = []call{dec}
 	}
 	kernel, qpw := "attention_tiled_64", 4
 	if hd > 64 {
 		kernel, qpw = "attention_tiled_128", 2
 	}
-	dec.cond = small
 	tiled := call{kernel: kernel, gridX: uint32(op.NKV), gridY: gridTiles, block: 32 * attTileWarps, cond: large, which: metaRows,
 		shared: uint32(4 * (attTileKeys*(hd+4) + attTileKeys*hd + attTileWarps*qpw*hd + attTileWarps*qpw*attTileKeys)), args: args}
 	if requant {
 		cols := op.NHeads * hd
-		return []call{dec, tiled, {kernel: "quantize_q8", gridX: blocks(cols/32, 8), gridY: gridAll, block: 256, cond: large, which: metaRows,
-			args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.Out), meta, i32(metaRows), i32(cols)}}}, nil
+		return append(split, tiled, call{kernel: "quantize_q8", gridX: blocks(cols/32, 8), gridY: gridAll, block: 256, cond: large, which: metaRows,
+			args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.Out), meta, i32(metaRows), i32(cols)}}), nil
 	}
-	return []call{dec, tiled}, nil
+	return append(split, tiled), nil
 }
 
-// planSplitAttention returns the flash-decoding launch (attention_split)
-// of op for batches of up to smallRows rows, or false where its head size
+// planSplitAttention returns the flash-decoding launches (attention_split)
+// of op for batches of up to smallRows rows, or none where its head size
 // and query heads per kv head do not suit it (or opt.splitKeys < 0). The
 // grid has a block per opt.splitKeys positions of the cache (at least one,
 // at most attSplitMax) and kv head; a row uses one per splitKeys positions
 // it sees, so a full cache gives each block about splitKeys keys and a
-// short one leaves the rest idle.
-func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacity int, opt planOptions, args []arg) (call, bool) {
+// short one leaves the rest idle. Heads of 128 dims get two launches, by
+// depth: attention_split_w2x2 while the batch's rows are below
+// opt.deepAt, attention_split_g1d4 from there on (splitShallow128).
+func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacity int, opt planOptions, args []arg) []call {
 	hd, g := op.HeadDim, op.NHeads/op.NKV
 	if opt.splitKeys < 0 || hd%4 != 0 || hd > attSplitMaxDim || g > attSplitMaxGroup {
-		return call{}, false
-	}
-	kernel, warps := splitKernel(g, hd, opt), attSplitWarps
-	smem := func(kt int) int { return 4 * (kt*(2*hd+4) + g*hd + attSplitWarps*attSplitMax) }
-	if k, ok := splitWarpKernels[hd]; ok && g <= attSplitWHeads && !opt.attnLane && !opt.attnWide && !opt.attnSync {
-		kernel, warps = k, attSplitWHeads*hd/32
-		smem = func(kt int) int { return 4 * (kt*(2*hd+4) + 3*attSplitWHeads*hd + attSplitWHeads*attSplitMax) }
-	}
-	kt := 32
-	if smem(kt) > maxStaticShared {
-		kt = 16
-	}
-	if smem(kt) > maxStaticShared {
-		return call{}, false
+		return nil
 	}
 	keys := opt.splitKeys
 	if keys <= 0 {
@@ -272,9 +265,44 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	rows := min(p.MaxRows, smallRows)
 	pl.need(scratchAttnPart, 4*rows*op.NHeads*splits*(hd+2))
 	pl.need(scratchAttnCount, 4*rows*op.NKV)
-	return call{kernel: kernel, gridX: uint32(op.NKV * splits), gridY: gridAll, block: uint32(32 * warps),
-		shared: uint32(smem(kt)), which: metaRows,
-		args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt), i32(keys))}, true
+	// launch is kernel's call, with warps warps a block and smem(kt)
+	// bytes of shared memory for tiles of kt keys (32, else 16).
+	launch := func(kernel string, warps int, smem func(kt int) int) (call, bool) {
+		kt := 32
+		if smem(kt) > maxStaticShared {
+			kt = 16
+		}
+		if smem(kt) > maxStaticShared {
+			return call{}, false
+		}
+		return call{kernel: kernel, gridX: uint32(op.NKV * splits), gridY: gridAll, block: uint32(32 * warps),
+			shared: uint32(smem(kt)), which: metaRows,
+			args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt), i32(keys))}, true
+	}
+	lane, ok := launch(splitKernel(g, hd, opt), attSplitWarps, func(kt int) int { return 4 * (kt*(2*hd+4) + g*hd + attSplitWarps*attSplitMax) })
+	if !ok {
+		return nil
+	}
+	w, ok := splitWarpKernels[hd]
+	shallowOnly := false
+	if !ok && hd == 128 && opt.deepAt >= 0 {
+		w, ok, shallowOnly = splitShallow128, true, true
+	}
+	if !ok || g > attSplitWHeads || opt.attnLane || opt.attnWide || opt.attnSync {
+		return []call{lane}
+	}
+	warps, ok := launch(w.name, attSplitWHeads*w.dq, func(kt int) int {
+		return 4 * (kt*(2*hd+4) + attSplitWHeads*hd + 2*attSplitWHeads*w.dq*32 + attSplitWHeads*attSplitMax)
+	})
+	if !ok {
+		return []call{lane}
+	}
+	if !shallowOnly {
+		return []call{warps}
+	}
+	pl.deepAt = cmp.Or(opt.deepAt, attDeepAt)
+	warps.depth, lane.depth = shallow, deep
+	return []call{warps, lane}
 }
 
 // splitWarpKernels are attention.cu's attention_split_wN, by head size:
@@ -282,10 +310,25 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 // (one per 32 dims), so that a warp's chain of dependent instructions is
 // an N-th of a kernel whose lane holds whole dot products, and each
 // scheduler has N warps (ncu of the 8B shape's attention: ~10 cycles an
-// instruction in warps alone on their scheduler). Heads of 128 dims
-// keep attention_split_g1d4: attention_split_w4 lost 9-10 % of tg128
-// 2,048 positions deep (attention.cu).
-var splitWarpKernels = map[int]string{64: "attention_split_w2"}
+// instruction in warps alone on their scheduler). Heads of 128 dims take
+// splitShallow128 at short positions only: attention_split_w4 lost 9-10 %
+// of tg128 2,048 positions deep (attention.cu).
+var splitWarpKernels = map[int]splitWarpKernel{64: {"attention_split_w2", 2}}
+
+// splitShallow128 is the decode attention of heads of 128 dims while a
+// batch's rows are below attDeepAt: 2 warps of 64 dims a head, 8 a block.
+var splitShallow128 = splitWarpKernel{"attention_split_w2x2", 2}
+
+// attDeepAt is the position from which heads of 128 dims run
+// attention_split_g1d4 instead of splitShallow128 (planOptions.deepAt).
+const attDeepAt = 1024
+
+// splitWarpKernel is an attention_split_wN kernel and its warps a query
+// head.
+type splitWarpKernel struct {
+	name string
+	dq   int
+}
 
 // attSplitWHeads is attention.cu's AW_HEADS: the most query heads a kv
 // head of attention_split_wN (its blocks have attSplitWHeads·N warps).

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/weftlm/weft/backend"
@@ -177,19 +178,22 @@ func (e *exec) issue(b *backend.Batch, draws bool) error {
 	if r := c.call(d.htoDAsync, 4); r != 0 {
 		return fmt.Errorf("cuda: copying the batch: %w", d.err(r))
 	}
-	hidden := 0
+	hidden, deep := 0, 0
 	if b.HiddenOnly {
 		hidden = 1
 	}
+	if e.deepAt > 0 && slices.Max(b.Pos) >= e.deepAt {
+		deep = 1
+	}
 	if rows <= smallRows && !e.debugSync {
-		g := &e.graphs[rows][sel][hidden]
+		g := &e.graphs[rows][sel][hidden][deep]
 		if *g == 0 {
-			err := e.capture(g, rows, sel, b.HiddenOnly, e.pdl)
+			err := e.capture(g, rows, sel, b.HiddenOnly, deep == 1, e.pdl)
 			if err != nil && e.pdl {
 				// A driver or device without programmatic dependent
 				// launch: capture plain launches from now on.
 				e.pdl = false
-				err = e.capture(g, rows, sel, b.HiddenOnly, false)
+				err = e.capture(g, rows, sel, b.HiddenOnly, deep == 1, false)
 			}
 			if err != nil {
 				return err
@@ -202,7 +206,7 @@ func (e *exec) issue(b *backend.Batch, draws bool) error {
 	} else {
 		for i := range e.launches {
 			l := &e.launches[i]
-			if !l.runs(rows, sel, b.HiddenOnly) {
+			if !l.runs(rows, sel, b.HiddenOnly, deep == 1) {
 				continue
 			}
 			r := e.launch(l, rows, sel, 0, false)
@@ -219,9 +223,9 @@ func (e *exec) issue(b *backend.Batch, draws bool) error {
 }
 
 // runs reports whether a launch applies to a batch of rows rows, sel
-// selected.
-func (l *launch) runs(rows, sel int, hidden bool) bool {
-	if hidden && l.head {
+// selected, deep or not.
+func (l *launch) runs(rows, sel int, hidden, deep bool) bool {
+	if (hidden && l.head) || !l.depth.holds(deep) {
 		return false
 	}
 	n := rows
@@ -295,7 +299,7 @@ func (e *exec) launchErr(l *launch, r cuResult) error {
 
 // capture records every launch of a batch shape into a graph on the
 // exec's stream and instantiates it into *g.
-func (e *exec) capture(g *uintptr, rows, sel int, hidden, pdl bool) error {
+func (e *exec) capture(g *uintptr, rows, sel int, hidden, deep, pdl bool) error {
 	d := e.be.drv
 	if r := d.cuStreamBeginCapture(e.stream, captureRelaxed); r != 0 {
 		return fmt.Errorf("cuda: starting a graph capture: %w", d.err(r))
@@ -304,7 +308,7 @@ func (e *exec) capture(g *uintptr, rows, sel int, hidden, pdl bool) error {
 	var names []string
 	for i := range e.launches {
 		l := &e.launches[i]
-		if !l.runs(rows, sel, hidden) {
+		if !l.runs(rows, sel, hidden, deep) {
 			continue
 		}
 		if e.be.trace != nil {
