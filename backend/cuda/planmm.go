@@ -321,7 +321,11 @@ var splitShallow128 = splitWarpKernel{"attention_split_w2x2", 2}
 
 // attDeepAt is the position from which heads of 128 dims run
 // attention_split_g1d4 instead of splitShallow128 (planOptions.deepAt).
-const attDeepAt = 1024
+// H100, 8B shape, w2x2 against g1d4 (tg128 from an empty cache, tg64
+// from a cache of d positions): Q8_0 +1.2 % at 0, even at 512, -1 % at
+// 1,024 and -1.5 % at 2,048; Q4_0 +3.6 % at 0, +1.4 % at 512, -0.8 % at
+// 1,024, even at 2,048. 640 lies between the two crossovers.
+const attDeepAt = 640
 
 // splitWarpKernel is an attention_split_wN kernel and its warps a query
 // head.
