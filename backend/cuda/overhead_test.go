@@ -27,6 +27,24 @@ func (r *recorder) Compile(p *backend.Program) (backend.Exec, error) {
 	return e, err
 }
 
+// loadRecorded loads the model at path on a GPU and returns it with its
+// plan; both are closed when t ends.
+func loadRecorded(t *testing.T, path string, opts engine.Options) (*engine.Model, *exec) {
+	t.Helper()
+	rec := &recorder{Backend: newGPU(t)}
+	w, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	m, err := engine.Load(w, rec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, rec.last
+}
+
 // TestStepOverhead measures what a one-row decode step costs beyond the
 // device's own time, for the GGUF at WEFT_STEP_OVERHEAD, every step at
 // one position: µs a step of ForwardInto (logits copied to the caller),
@@ -40,18 +58,7 @@ func TestStepOverhead(t *testing.T) {
 	if path == "" {
 		t.Skip("set WEFT_STEP_OVERHEAD to a GGUF")
 	}
-	rec := &recorder{Backend: newGPU(t)}
-	w, err := weights.Open(path, weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	m, err := engine.Load(w, rec, engine.Options{Context: 1024, MaxBatch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	e := rec.last
+	m, e := loadRecorded(t, path, engine.Options{Context: 1024, MaxBatch: 64})
 	seq, err := m.NewSequence()
 	if err != nil {
 		t.Fatal(err)

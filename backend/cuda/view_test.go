@@ -7,25 +7,13 @@ import (
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/engine"
-	"github.com/weftlm/weft/weights"
 )
 
 // TestRunView: RunView hands out what Run copies, logits or hidden states,
 // from the staging memory, and refuses a batch whose rows do not fit it;
 // Run of such a batch copies them straight out.
 func TestRunView(t *testing.T) {
-	rec := &recorder{Backend: newGPU(t)}
-	w, err := weights.Open(filepath.Join("..", "..", "testdata", "models", "llama3-tiny"), weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	m, err := engine.Load(w, rec, engine.Options{Context: 64, MaxBatch: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	e := rec.last
+	_, e := loadRecorded(t, filepath.Join("..", "..", "testdata", "models", "llama3-tiny"), engine.Options{Context: 64, MaxBatch: 16})
 	p := e.p
 	toks := []int32{5, 9, 200, 17, 3, 4, 8, 1, 2, 70}
 	b := &backend.Batch{Tokens: toks, Pos: make([]int32, len(toks)), Slots: make([]int32, len(toks))}
