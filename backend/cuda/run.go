@@ -130,6 +130,7 @@ func (e *exec) fetch(dst unsafe.Pointer, src uint64, n int) error {
 	d, c := e.be.drv, &e.sys
 	*c = callArgs{uintptr(dst), uintptr(src), uintptr(n), 0}
 	if r := c.call(d.dtoHAsync, 4); r != 0 {
+		c.call(d.ctxSync, 0) // the batch's copy may still be queued
 		return fmt.Errorf("cuda: queueing the copy of the results: %w", d.err(r))
 	}
 	if r := c.call(d.ctxSync, 0); r != 0 {
