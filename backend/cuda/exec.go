@@ -349,7 +349,7 @@ func (e *exec) stageHost() {
 	}
 	e.pinned = block
 	if block == nil {
-		block = unsafe.Pointer(unsafe.SliceData(make([]uint64, size/8)))
+		block = unsafe.Pointer(unsafe.SliceData(make([]uint64, (size+7)/8)))
 	}
 	at := func(off int) unsafe.Pointer { return unsafe.Add(block, off) }
 	e.host, e.drawAt = unsafe.Slice((*int32)(block), metaArrays+4*m), metaBytes
