@@ -291,18 +291,18 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	if !ok || g > attSplitWHeads || opt.attnLane || opt.attnWide || opt.attnSync {
 		return []call{lane}
 	}
-	warps, ok := launch(w.name, attSplitWHeads*w.dq, func(kt int) int {
+	wide, ok := launch(w.name, attSplitWHeads*w.dq, func(kt int) int {
 		return 4 * (kt*(2*hd+4) + attSplitWHeads*hd + 2*attSplitWHeads*w.dq*32 + attSplitWHeads*attSplitMax)
 	})
 	if !ok {
 		return []call{lane}
 	}
 	if !shallowOnly {
-		return []call{warps}
+		return []call{wide}
 	}
 	pl.deepAt = cmp.Or(opt.deepAt, attDeepAt)
-	warps.depth, lane.depth = shallow, deep
-	return []call{warps, lane}
+	wide.depth, lane.depth = shallow, deep
+	return []call{wide, lane}
 }
 
 // splitWarpKernels are attention.cu's attention_split_wN, by head size:
