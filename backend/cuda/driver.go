@@ -63,6 +63,11 @@ type driverAPI struct {
 	cuGraphInstantiate        func(exec *uintptr, graph uintptr, flags uint64) cuResult                                                     `sym:"cuGraphInstantiateWithFlags"`
 	cuGraphDestroy            func(graph uintptr) cuResult                                                                                  `sym:"cuGraphDestroy"`
 	cuGraphExecDestroy        func(exec uintptr) cuResult                                                                                   `sym:"cuGraphExecDestroy"`
+	cuEventCreate             func(ev *uintptr, flags uint32) cuResult                                                                      `sym:"cuEventCreate"`
+	cuEventDestroy            func(ev uintptr) cuResult                                                                                     `sym:"cuEventDestroy_v2"`
+	cuEventRecord             func(ev, stream uintptr) cuResult                                                                             `sym:"cuEventRecord"`
+	cuStreamWaitEvent         func(stream, ev uintptr, flags uint32) cuResult                                                               `sym:"cuStreamWaitEvent"`
+	cuMemcpyDtoHAsync         func(dst uintptr, src uint64, n uintptr, stream uintptr) cuResult                                             `sym:"cuMemcpyDtoHAsync_v2"`
 
 	// The calls a replay makes go through purego.SyscallN with arguments
 	// prepared at compile time, which does not allocate.

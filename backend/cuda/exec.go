@@ -49,15 +49,22 @@ type exec struct {
 	args   []uint64
 	params []uintptr
 
-	// graphs[rows][selected][hidden][deep] replays every launch of a batch
-	// of that shape (rows <= smallRows; deep: a row at deepAt or past it);
-	// captured on first use on stream.
-	graphs [smallRows + 1][smallRows + 1][2][2]uintptr
+	// graphs[rows][selected][out][deep] replays every launch of a batch
+	// of that shape (rows <= smallRows; out: outDevice, outHidden or
+	// outStaged; deep: a row at deepAt or past it); captured on first use
+	// on stream.
+	graphs [smallRows + 1][smallRows + 1][numOuts][2]uintptr
 	deepAt int32 // the position from which deep launches run (0: the plan has none)
 	stream uintptr
-	pdl    bool // capture with programmatic dependent launch
-	cfg    launchConfig
-	attr   launchAttr
+	// copies is the stream an outStaged graph copies the logits on, event
+	// what it forks and joins by; staging says whether it has such graphs
+	// (the plan splits its logits product, splitLogits, and staged is
+	// page-locked).
+	copies, event uintptr
+	staging       bool
+	pdl           bool // capture with programmatic dependent launch
+	cfg           launchConfig
+	attr          launchAttr
 
 	draw *drawState // device draws (sample.go), set up on first use
 
@@ -83,7 +90,20 @@ type launch struct {
 	serial bool // launched without programmatic dependent launch
 	depth  depth
 	kernel string // the kernel's name (or "" for a cuBLAS product)
+	// copyOff and copyLen: the bytes of the logits it finishes (call).
+	copyOff, copyLen int64
 }
+
+// What a run leaves where, the graphs' third index.
+const (
+	outDevice = iota // the outputs stay in device memory
+	outHidden        // a hidden-state batch's, in device memory
+	// The logits, copied into staged by the graph as its launches finish
+	// them (splitLogits): a batch with one row selected, whose logits the
+	// host reads.
+	outStaged
+	numOuts
+)
 
 type boundGemm struct {
 	out, x, w uint64
@@ -151,7 +171,7 @@ func envPlanOptions() planOptions {
 	return planOptions{splitKeys: attentionSplitKeys(), noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0",
 		gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
 		attnWide: os.Getenv("WEFT_CUDA_ATTN_GENERAL") == "1", attnLane: os.Getenv("WEFT_CUDA_ATTN_LANE") == "1",
-		deepAt:  envInt("WEFT_CUDA_ATTN_DEEP"),
+		deepAt: envInt("WEFT_CUDA_ATTN_DEEP"), logitsSplit: envInt("WEFT_CUDA_LOGITS_SPLIT"),
 		noBreak: os.Getenv("WEFT_CUDA_BREAK") == "0", noGLU: os.Getenv("WEFT_CUDA_GLU") == "0",
 		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32,
 		twinGrid: min(max(envInt("WEFT_CUDA_TWIN_GRID"), 0), 16), glu1Warps: envInt("WEFT_CUDA_GLU1_WARPS"), twinRPB: envInt("WEFT_CUDA_TWIN_RPB"), twin13RPB: envInt("WEFT_CUDA_TWIN13_RPB")}
@@ -184,6 +204,17 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	if r := b.drv.cuStreamCreate(&e.stream, 1); r != 0 { // CU_STREAM_NON_BLOCKING: no implicit sync with the default stream
 		e.free()
 		return nil, fmt.Errorf("cuda: cuStreamCreate: %w", b.drv.err(r))
+	}
+	e.staging = e.staging && e.pinned != nil
+	if e.staging {
+		if r := b.drv.cuStreamCreate(&e.copies, 1); r != 0 {
+			e.free()
+			return nil, fmt.Errorf("cuda: cuStreamCreate: %w", b.drv.err(r))
+		}
+		if r := b.drv.cuEventCreate(&e.event, 2); r != 0 { // CU_EVENT_DISABLE_TIMING
+			e.free()
+			return nil, fmt.Errorf("cuda: cuEventCreate: %w", b.drv.err(r))
+		}
 	}
 	return e, nil
 }
@@ -464,7 +495,8 @@ func (e *exec) bind(calls []call) error {
 	at := 0
 	for _, c := range calls {
 		l := launch{op: c.op, head: e.p.Ops[c.op].Head, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
-			which: c.which, cond: c.cond, serial: c.serial, depth: c.depth}
+			which: c.which, cond: c.cond, serial: c.serial, depth: c.depth, copyOff: c.copyOff, copyLen: c.copyLen}
+		e.staging = e.staging || c.copyLen > 0
 		if c.gemm != nil {
 			g := c.gemm
 			l.gemm = &boundGemm{out: e.resolve(g.out), x: e.resolve(g.x), w: e.resolve(g.w), n: g.n, k: g.k}
@@ -489,13 +521,13 @@ func (e *exec) bind(calls []call) error {
 // resolve is an argument's 8-byte slot.
 func (e *exec) resolve(a arg) uint64 {
 	switch a.kind {
-	case argBuf:
-		return e.bufs[a.id]
-	case argWeight:
+	case argBuf: // v: a byte offset into the buffer
+		return e.bufs[a.id] + uint64(a.v)
+	case argWeight: // v: a byte offset into the weight
 		if a.id == int(backend.NoWeight) {
 			return 0
 		}
-		return e.weights[a.id]
+		return e.weights[a.id] + uint64(a.v)
 	case argCacheK:
 		return e.kv[a.id][0]
 	case argCacheV:
@@ -552,11 +584,19 @@ func (e *exec) free() error {
 			}
 		}
 	}
-	if e.stream != 0 {
-		if r := d.cuStreamDestroy(e.stream); r != 0 {
+	for _, s := range []*uintptr{&e.stream, &e.copies} {
+		if *s != 0 {
+			if r := d.cuStreamDestroy(*s); r != 0 {
+				errs = append(errs, d.err(r))
+			}
+			*s = 0
+		}
+	}
+	if e.event != 0 {
+		if r := d.cuEventDestroy(e.event); r != 0 {
 			errs = append(errs, d.err(r))
 		}
-		e.stream = 0
+		e.event = 0
 	}
 	for _, ptr := range e.allocs {
 		if r := d.cuMemFree(ptr); r != 0 {

@@ -151,6 +151,10 @@ type call struct {
 	// it starts once the launch before it has finished (breakChains).
 	serial bool
 	depth  depth // the batches it runs on by their rows' positions
+	// copyOff and copyLen (bytes, copyLen > 0) are the part of the logits
+	// buffer this launch finishes, which a graph that hands the logits to
+	// the host copies once it ends (splitLogits).
+	copyOff, copyLen int64
 }
 
 // depth selects launches by how deep a batch's rows are in their caches:
@@ -302,6 +306,10 @@ type planOptions struct {
 	// attDeepAt, below 0: g1d4 at every position; WEFT_CUDA_ATTN_DEEP, for
 	// comparisons).
 	deepAt int
+	// logitsSplit is the fewest rows at which the one-row output product
+	// is split so that its logits' copy overlaps it (0: logitsSplitRows,
+	// below 0: never; WEFT_CUDA_LOGITS_SPLIT, for comparisons and tests).
+	logitsSplit int
 }
 
 // planned is a checked program: its launches, how each weight is stored
@@ -467,6 +475,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	}
 	if !opt.noOneRow {
 		oneRow(pl, opt)
+		splitLogits(pl, int(p.Logits), cmp.Or(opt.logitsSplit, logitsSplitRows))
 	}
 	if !opt.noBreak {
 		breakChains(pl)

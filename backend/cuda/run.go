@@ -62,7 +62,7 @@ func (e *exec) Run(b *backend.Batch, out []float32) error {
 	if e.be.closed {
 		return errBackendClosed
 	}
-	if err := e.replay(b, false); err != nil {
+	if _, err := e.replay(b, false, false); err != nil {
 		return err
 	}
 	// A synchronous copy, which waits for the launches before it.
@@ -113,8 +113,16 @@ func (e *exec) runStaged(b *backend.Batch, src uint64, n int) ([]float32, error)
 	if e.be.closed {
 		return nil, errBackendClosed
 	}
-	if err := e.replay(b, false); err != nil {
+	staged, err := e.replay(b, false, true)
+	if err != nil {
 		return nil, err
+	}
+	if staged {
+		// The graph copied the logits into staged itself.
+		if r := e.sys.call(e.be.drv.ctxSync, 0); r != 0 {
+			return nil, fmt.Errorf("cuda: running the plan: %w", e.be.drv.err(r))
+		}
+		return e.staged[:n], nil
 	}
 	if err := e.fetch(unsafe.Pointer(&e.staged[0]), src, 4*n); err != nil {
 		return nil, err
@@ -142,25 +150,27 @@ func (e *exec) fetch(dst unsafe.Pointer, src uint64, n int) error {
 // replay makes the context current, stages the batch into meta (and with
 // draws set, the draws' parameters staged in drawHost after it) and issues
 // the launches that apply to it on the default stream (a small batch as
-// one graph replay). The caller has validated the batch and locked its
-// OS thread, and waits for the run's end (a synchronous copy or
-// cuCtxSynchronize) before it stages another batch; replay itself waits
-// when it fails.
-func (e *exec) replay(b *backend.Batch, draws bool) error {
-	err := e.issue(b, draws)
+// one graph replay). With stage set (the caller reads the logits from
+// staged) it replays, where it can, the graph that copies them there
+// itself (outStaged), and says so. The caller has validated the batch and
+// locked its OS thread, and waits for the run's end (a synchronous copy
+// or cuCtxSynchronize) before it stages another batch; replay itself
+// waits when it fails.
+func (e *exec) replay(b *backend.Batch, draws, stage bool) (staged bool, err error) {
+	staged, err = e.issue(b, draws, stage)
 	if err != nil {
 		e.sys.call(e.be.drv.ctxSync, 0)
 	}
-	return err
+	return staged, err
 }
 
 // issue is replay but for the wait on failure.
-func (e *exec) issue(b *backend.Batch, draws bool) error {
+func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	p := e.p
 	d, c := e.be.drv, &e.sys
 	c[0] = e.be.ctx
 	if r := c.call(d.ctxSetCurrent, 1); r != 0 {
-		return fmt.Errorf("cuda: cuCtxSetCurrent: %w", d.err(r))
+		return false, fmt.Errorf("cuda: cuCtxSetCurrent: %w", d.err(r))
 	}
 	rows, sel := len(b.Tokens), len(b.Selected)
 	h, m := e.host, p.MaxRows
@@ -177,33 +187,37 @@ func (e *exec) issue(b *backend.Batch, draws bool) error {
 	}
 	*c = callArgs{uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(n), 0}
 	if r := c.call(d.htoDAsync, 4); r != 0 {
-		return fmt.Errorf("cuda: copying the batch: %w", d.err(r))
+		return false, fmt.Errorf("cuda: copying the batch: %w", d.err(r))
 	}
-	hidden, deep := 0, 0
-	if b.HiddenOnly {
-		hidden = 1
+	out, deep := outDevice, 0
+	switch {
+	case b.HiddenOnly:
+		out = outHidden
+	case stage && e.staging && sel == 1:
+		out = outStaged
 	}
 	if e.deepAt > 0 && slices.Max(b.Pos) >= e.deepAt {
 		deep = 1
 	}
 	if rows <= smallRows && !e.debugSync {
-		g := &e.graphs[rows][sel][hidden][deep]
+		g := &e.graphs[rows][sel][out][deep]
 		if *g == 0 {
-			err := e.capture(g, rows, sel, b.HiddenOnly, deep == 1, e.pdl)
+			err := e.capture(g, rows, sel, out, deep == 1, e.pdl)
 			if err != nil && e.pdl {
 				// A driver or device without programmatic dependent
 				// launch: capture plain launches from now on.
 				e.pdl = false
-				err = e.capture(g, rows, sel, b.HiddenOnly, deep == 1, false)
+				err = e.capture(g, rows, sel, out, deep == 1, false)
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 		}
 		*c = callArgs{*g, 0}
 		if r := c.call(d.graphLaunch, 2); r != 0 {
-			return fmt.Errorf("cuda: replaying the plan for %d rows: %w", rows, d.err(r))
+			return false, fmt.Errorf("cuda: replaying the plan for %d rows: %w", rows, d.err(r))
 		}
+		return out == outStaged, nil
 	} else {
 		for i := range e.launches {
 			l := &e.launches[i]
@@ -216,11 +230,11 @@ func (e *exec) issue(b *backend.Batch, draws bool) error {
 			}
 			if r != 0 {
 				op := &p.Ops[l.op]
-				return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
+				return false, fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
 			}
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // runs reports whether a launch applies to a batch of rows rows, sel
@@ -299,17 +313,24 @@ func (e *exec) launchErr(l *launch, r cuResult) error {
 }
 
 // capture records every launch of a batch shape into a graph on the
-// exec's stream and instantiates it into *g.
-func (e *exec) capture(g *uintptr, rows, sel int, hidden, deep, pdl bool) error {
+// exec's stream and instantiates it into *g. An outStaged graph also
+// copies each part of the logits a launch finishes into staged, on the
+// copies stream (forked after that launch, joined at the end), so that
+// the copy runs while the launches after it do.
+func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 	d := e.be.drv
 	if r := d.cuStreamBeginCapture(e.stream, captureRelaxed); r != 0 {
 		return fmt.Errorf("cuda: starting a graph capture: %w", d.err(r))
 	}
 	var failed error
 	var names []string
+	forked := false
 	for i := range e.launches {
 		l := &e.launches[i]
-		if !l.runs(rows, sel, hidden, deep) {
+		if failed != nil {
+			break
+		}
+		if !l.runs(rows, sel, out == outHidden, deep) {
 			continue
 		}
 		if e.be.trace != nil {
@@ -323,6 +344,30 @@ func (e *exec) capture(g *uintptr, rows, sel int, hidden, deep, pdl bool) error 
 			op := &e.p.Ops[l.op]
 			failed = fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, d.err(r))
 			break
+		}
+		if out == outStaged && l.copyLen > 0 {
+			forked = true
+			dst := uintptr(unsafe.Add(unsafe.Pointer(&e.staged[0]), l.copyOff))
+			r := d.cuEventRecord(e.event, e.stream)
+			if r == 0 {
+				r = d.cuStreamWaitEvent(e.copies, e.event, 0)
+			}
+			if r == 0 {
+				r = d.cuMemcpyDtoHAsync(dst, e.bufs[e.p.Logits]+uint64(l.copyOff), uintptr(l.copyLen), e.copies)
+			}
+			if r != 0 {
+				failed = fmt.Errorf("cuda: capturing the logits' copy: %w", d.err(r))
+			}
+		}
+	}
+	if forked {
+		// Join the copies stream back, as a capture must end.
+		r := d.cuEventRecord(e.event, e.copies)
+		if r == 0 {
+			r = d.cuStreamWaitEvent(e.stream, e.event, 0)
+		}
+		if r != 0 && failed == nil {
+			failed = fmt.Errorf("cuda: capturing the logits' copy: %w", d.err(r))
 		}
 	}
 	var graph uintptr

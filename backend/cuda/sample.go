@@ -75,7 +75,7 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 	for i, x := range s {
 		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
 	}
-	if err := e.replay(b, true); err != nil {
+	if _, err := e.replay(b, true, false); err != nil {
 		return err
 	}
 	ds, d, c := e.draw, e.be.drv, &e.sys

@@ -1,0 +1,86 @@
+package cuda
+
+import (
+	"slices"
+
+	"github.com/weftlm/weft/backend"
+)
+
+// A step of decode ends with the output product (the vocabulary's rows,
+// the largest launch of a small model's step) and then the copy of its
+// logits to the host: 128,256 floats, 12-21 µs of PCIe on an H100 during
+// which the device idles. splitLogits cuts the one-row output product
+// into launches over consecutive runs of rows, and a graph that hands the
+// logits to the host (run.go, outStaged) copies each run's logits as the
+// next run's launch computes, on a second stream (capture): only the last
+// run's copy is left after the product. The runs shrink (logitsShares),
+// so that each copy is done before the run after it.
+//
+// logitsShares are the runs' shares of the rows, in tenths.
+var logitsShares = []int{6, 3, 1}
+
+// logitsSplitRows is the fewest rows an output product is split at
+// (planOptions.logitsSplit overrides it; below 0: never).
+const logitsSplitRows = 16384
+
+// logitsTwins are the one-row product kernels splitLogits splits: their
+// arguments are matvec.cu's MATVEC (out, resid, x, ds, w, rowBytes, dOff,
+// bias, meta, which, K, N, rpb).
+var logitsTwins = []string{"matvec1_q8_0", "matvec1_q4_0", "matvec1_f16", "matvec1_bf16", "matvec1_f32"}
+
+// splitLogits splits the last launch of a batch with one row selected
+// into runs of rows (see above) when it is the one-row product of the
+// selected rows into the logits buffer, of at least minRows rows. The
+// launches after it in the plan run only on other batches: large ones
+// (cuBLAS, which no graph holds), or more rows selected.
+func splitLogits(pl *planned, logits int, minRows int) {
+	if minRows < 0 {
+		return
+	}
+	minRows = max(minRows, 32*len(logitsShares))
+	at := len(pl.calls) - 1
+	for at >= 0 && (pl.calls[at].cond == large || pl.calls[at].which == metaSelected && !pl.calls[at].cond.holds(1)) {
+		at--
+	}
+	if at < 0 {
+		return
+	}
+	last := pl.calls[at]
+	a := last.args
+	if last.cond != one || last.which != metaSelected || !slices.Contains(logitsTwins, last.kernel) || len(a) != 13 ||
+		a[0] != buf(backend.BufID(logits)) || a[1].kind != argNull || int(a[11].v) < minRows {
+		return
+	}
+	n, k, rpb := int(a[11].v), int(a[10].v), int(a[12].v)
+	rowBytes, quant := a[5].v, last.kernel == "matvec1_q8_0" || last.kernel == "matvec1_q4_0"
+	total := 0
+	for _, s := range logitsShares {
+		total += s
+	}
+	runs := make([]call, 0, len(logitsShares))
+	r0 := 0
+	for i, s := range logitsShares {
+		r1 := n
+		if i < len(logitsShares)-1 {
+			r1 = r0 + n*s/total/32*32 // whole groups of any rows-a-block (1, 2, 4 or 8)
+		}
+		c := last
+		c.args = slices.Clone(a)
+		c.args[0].v += int64(4 * r0)
+		c.args[4].v += int64(r0) * rowBytes
+		if quant {
+			// The scales lie dOff bytes after the weight's start, K/32 of
+			// them (2 bytes each) a row.
+			c.args[6].v += -int64(r0)*rowBytes + int64(r0)*int64(k/32)*2
+		}
+		if c.args[7].kind == argWeight && c.args[7].id != int(backend.NoWeight) {
+			c.args[7].v += int64(4 * r0)
+		}
+		c.args[11].v = int64(r1 - r0)
+		c.gridX = min(last.gridX, blocks(r1-r0, rpb))
+		c.copyOff, c.copyLen = int64(4*r0), int64(4*(r1-r0))
+		runs = append(runs, c)
+		r0 = r1
+	}
+	pl.calls = slices.Concat(pl.calls[:at], runs, pl.calls[at+1:])
+}
