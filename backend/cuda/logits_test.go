@@ -156,6 +156,18 @@ func TestSplitLogitsExact(t *testing.T) {
 						t.Fatalf("step %d: %v", step, err)
 					}
 					runs = append(runs, out)
+					// Greedy device draws (their graphs leave the logits
+					// on the device) pick each row's largest logit.
+					ids := make([]int32, len(b.Selected))
+					if err := ge.(backend.Sampler).RunSampled(b, make([]backend.Sampling, len(ids)), ids); err != nil {
+						t.Fatalf("step %d: draws: %v", step, err)
+					}
+					for r, id := range ids {
+						row := out[r*p.Vocab : (r+1)*p.Vocab]
+						if row[id] != slices.Max(row) {
+							t.Fatalf("step %d row %d: drew %d (%v), the largest logit is %v", step, r, id, row[id], slices.Max(row))
+						}
+					}
 				}
 				if ones == 0 {
 					t.Fatal("no batch with one row selected")
