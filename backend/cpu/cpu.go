@@ -87,6 +87,9 @@ type exec struct {
 	// partial tile's outputs.
 	rowScratch   [][]float32
 	scoreScratch [][]float32
+	// exactScratch holds, per worker, the exact level's float64 scores
+	// and a head's accumulators (exact.go).
+	exactScratch [][]float64
 	tileScratch  [][]float32
 
 	isa     *isa
@@ -161,6 +164,9 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	for range b.threads {
 		e.rowScratch = append(e.rowScratch, make([]float32, maxCols))
 		e.scoreScratch = append(e.scoreScratch, make([]float32, maxCap))
+		if e.isa.exact {
+			e.exactScratch = append(e.exactScratch, make([]float64, maxCap+maxCols))
+		}
 		e.tileScratch = append(e.tileScratch, make([]float32, tileRows*e.isa.group))
 	}
 	for i := range p.Ops {
@@ -321,6 +327,9 @@ func (e *exec) compileOp(op *backend.Op) (step, error) {
 		if m.cols != op.Group || p.Bufs[op.A]%op.Group != 0 || p.Bufs[op.Out] != p.Bufs[op.A] || m.f32 == nil {
 			return step{}, fmt.Errorf("norm %q of %d (f32=%v) over groups of %d in %d columns", m.name, m.cols, m.f32 != nil, op.Group, p.Bufs[op.A])
 		}
+		if e.isa.exact {
+			return step{op: op, items: rows, grain: 1, body: e.normExactBody(op, m)}, nil
+		}
 		return step{op: op, items: rows, grain: 1, body: e.normBody(op, m)}, nil
 	case backend.OpMatMul:
 		m, err := weightOK(op.W, false)
@@ -348,6 +357,9 @@ func (e *exec) compileOp(op *backend.Op) (step, error) {
 		if op.Table < 0 || op.Table >= len(e.ropes) || e.ropes[op.Table].half*2 != op.RopeDim || op.NHeads*op.HeadDim != p.Bufs[op.A] || op.RopeDim > op.HeadDim {
 			return step{}, fmt.Errorf("rope table %d for %d heads of %d (rope dim %d) in %d columns", op.Table, op.NHeads, op.HeadDim, op.RopeDim, p.Bufs[op.A])
 		}
+		if e.isa.exact {
+			return step{op: op, items: rows, grain: 1, body: e.ropeExactBody(op)}, nil
+		}
 		return step{op: op, items: rows, grain: 1, body: e.ropeBody(op)}, nil
 	case backend.OpStoreKV:
 		if err := bufOK(op.A, op.B); err != nil {
@@ -373,7 +385,11 @@ func (e *exec) compileOp(op *backend.Op) (step, error) {
 			return step{}, fmt.Errorf("ring cache of %d positions cannot hold a window of %d plus %d rows", e.kv[op.Layer].capacity, op.Window, p.MaxRows)
 		}
 		heads := op.NHeads
-		return step{op: op, items: func() int { return e.rows * heads }, grain: 1, body: e.attentionBody(op)}, nil
+		body := e.attentionBody(op)
+		if e.isa.exact {
+			body = e.attentionExactBody(op)
+		}
+		return step{op: op, items: func() int { return e.rows * heads }, grain: 1, body: body}, nil
 	case backend.OpAdd, backend.OpGLU:
 		if err := bufOK(op.Out, op.A, op.B); err != nil {
 			return step{}, err

@@ -79,7 +79,7 @@ func TestLevelsAgree(t *testing.T) {
 		{filepath.Join(root, "quant", "qwen2-256-Q6_K.gguf"), false},
 		{filepath.Join(root, "quant", "llama3-tiny-mlx4"), true},
 	}
-	levels := []string{"avx512vnni", "avx2", "go"}
+	levels := []string{"avx512vnni", "avx2", "go", "exact"}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.path), func(t *testing.T) {
 			if _, err := os.Stat(c.path); err != nil {
@@ -95,7 +95,7 @@ func TestLevelsAgree(t *testing.T) {
 				e := relErr(got, ref)
 				bound := 1e-3
 				switch {
-				case level != "go":
+				case level != "go" && level != "exact":
 					bound = 0
 				case c.float:
 					bound = 1e-5

@@ -20,15 +20,30 @@ import (
 //	dst[c·ld + tileRows·t + r] = Σ_k W[tileRows·t + r, k] · A[c, k]
 //
 // with the integer dot products exact and one float multiply-add per block.
+// The accumulator type A is float32 for the portable level and float64 for
+// the exact one (exact.go).
 
 func gemmGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+	gemmAcc[float32](p, w, tiles, act, stride, cols, dst, ld)
+}
+
+// gemmAcc is the portable kernel with accumulators of type A, stored
+// into dst as type D (float64 partial sums in the exact level's tests).
+func gemmAcc[A, D float32 | float64](p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []D, ld int) {
 	switch p.f.family {
 	case famLegacy:
-		gemmLegacyGo(p, w, tiles, act, stride, cols, dst, ld)
+		gemmLegacyGo[A](p, w, tiles, act, stride, cols, dst, ld)
 	case famK:
-		gemmKGo(p, w, tiles, act, stride, cols, dst, ld)
+		gemmKGo[A](p, w, tiles, act, stride, cols, dst, ld)
 	default:
-		gemmFloatGo(p, w, tiles, act, stride, cols, dst, ld)
+		gemmFloatGo[A](p, w, tiles, act, stride, cols, dst, ld)
+	}
+}
+
+// store rounds a tile's accumulators into dst.
+func store[A, D float32 | float64](dst []D, acc *[tileRows]A) {
+	for r, v := range acc {
+		dst[r] = D(v)
 	}
 }
 
@@ -101,14 +116,14 @@ func dot8(w []int32, a []byte) int32 {
 // maxCols activation rows at a time.
 const maxCols = 8
 
-func gemmLegacyGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+func gemmLegacyGo[A, D float32 | float64](p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []D, ld int) {
 	f, o, lv := p.f, p.offset(), p.levelsOff()
 	var lev [tileRows][256]int32
 	for c0 := 0; c0 < cols; c0 += maxCols {
 		nc := min(maxCols, cols-c0)
 		for t := range tiles {
 			tile := w[t*p.tileBytes:]
-			var acc [maxCols][tileRows]float32
+			var acc [maxCols][tileRows]A
 			for b := 0; b < p.nb; b++ {
 				blk := tile[b*p.blockBytes:]
 				unpackGroup(blk[lv:], f, p.signed8, &lev, 0)
@@ -124,21 +139,21 @@ func gemmLegacyGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, 
 					da, sa := f32At(ar[32:]), i32At(ar[36:])
 					for r := range tileRows {
 						dot := dot8(lev[r][:32], ar) - o*sa
-						acc[c][r] += float32(dot) * (dw[r] * da)
+						acc[c][r] += A(dot) * A(dw[r]*da)
 						if f.hasMin {
-							acc[c][r] += float32(sa) * (dm[r] * da)
+							acc[c][r] += A(sa) * A(dm[r]*da)
 						}
 					}
 				}
 			}
 			for c := range nc {
-				copy(dst[(c0+c)*ld+t*tileRows:], acc[c][:])
+				store(dst[(c0+c)*ld+t*tileRows:], &acc[c])
 			}
 		}
 	}
 }
 
-func gemmKGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+func gemmKGo[A, D float32 | float64](p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []D, ld int) {
 	f, o, lv := p.f, p.offset(), p.levelsOff()
 	gb := f.groupBytes()
 	sumOff := q8KSum16
@@ -150,7 +165,7 @@ func gemmKGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst [
 		nc := min(maxCols, cols-c0)
 		for t := range tiles {
 			tile := w[t*p.tileBytes:]
-			var acc [maxCols][tileRows]float32
+			var acc [maxCols][tileRows]A
 			for b := 0; b < p.nb; b++ {
 				blk := tile[b*p.blockBytes:]
 				for g := range 8 {
@@ -172,27 +187,27 @@ func gemmKGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst [
 						}
 					}
 					for r := range tileRows {
-						acc[c][r] += float32(isum[r]) * (f16At(blk[2*r:]) * da)
+						acc[c][r] += A(isum[r]) * A(f16At(blk[2*r:])*da)
 						if f.hasMin {
-							acc[c][r] -= float32(msum[r]) * (f16At(blk[p.minOff()+2*r:]) * da)
+							acc[c][r] -= A(msum[r]) * A(f16At(blk[p.minOff()+2*r:])*da)
 						}
 					}
 				}
 			}
 			for c := range nc {
-				copy(dst[(c0+c)*ld+t*tileRows:], acc[c][:])
+				store(dst[(c0+c)*ld+t*tileRows:], &acc[c])
 			}
 		}
 	}
 }
 
-func gemmFloatGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+func gemmFloatGo[A, D float32 | float64](p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []D, ld int) {
 	typ := p.f.typ
 	for c0 := 0; c0 < cols; c0 += maxCols {
 		nc := min(maxCols, cols-c0)
 		for t := range tiles {
 			tile := w[t*p.tileBytes:]
-			var acc [maxCols][tileRows]float32
+			var acc [maxCols][tileRows]A
 			var v [tileRows]float32
 			for k := 0; k < p.nb; k++ {
 				blk := tile[k*p.blockBytes:]
@@ -209,12 +224,12 @@ func gemmFloatGo(p *packed, w []byte, tiles int, act []byte, stride, cols int, d
 				for c := range nc {
 					x := f32At(act[(c0+c)*f32Rec+k*stride:])
 					for r := range tileRows {
-						acc[c][r] += v[r] * x
+						acc[c][r] += A(v[r]) * A(x)
 					}
 				}
 			}
 			for c := range nc {
-				copy(dst[(c0+c)*ld+t*tileRows:], acc[c][:])
+				store(dst[(c0+c)*ld+t*tileRows:], &acc[c])
 			}
 		}
 	}

@@ -14,6 +14,9 @@ type isa struct {
 	group int
 	// signed8 stores offset-128 u8 levels as signed bytes (see packed).
 	signed8 bool
+	// exact: the norm, rope and attention steps keep the exact level's
+	// contract too (exact.go).
+	exact bool
 	// gemm multiplies tiles of a packed weight by up to group activation
 	// rows (see gemmGo for the contract).
 	gemm func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int)
@@ -49,8 +52,9 @@ var portable = &isa{
 }
 
 // isas lists the levels this machine can run, best first; the portable
-// one is always last.
-var isas = []*isa{portable}
+// one and the exact one (the reference for other backends) are always
+// last.
+var isas = []*isa{portable, exactLevel}
 
 // best is the level compiled plans use.
 func best() *isa { return isas[0] }

@@ -1,0 +1,224 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/ggml"
+)
+
+// TestExactSplitK: the exact level's products do not depend on how K is
+// split. Each weight is multiplied whole, and in three pieces of K (as a
+// GPU kernel gives a row's K to several lanes), the pieces' float64 sums
+// added in reverse order; the rounded results must be bit-identical. The
+// same split with float32 accumulators must differ somewhere, or the test
+// would prove nothing.
+func TestExactSplitK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	types := slices.Sorted(func(yield func(ggml.Type) bool) {
+		for typ := range formats {
+			if !yield(typ) {
+				return
+			}
+		}
+	})
+	const rows = 67
+	for _, typ := range types {
+		f := formats[typ]
+		bs := int(typ.BlockSize())
+		if f.family == famFloat {
+			bs = 25
+		}
+		pieces := []int{5, 4, 3} // blocks of K in each piece
+		cols := 12 * bs
+		raw, _ := randomWeight(t, typ, rows, cols, rng)
+		rb, err := typ.RowBytes(uint64(cols))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blockBytes := int(rb) / 12
+		x := make([]float32, cols)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		// product returns the tile-padded float64 sums of the weight's
+		// columns [k0, k1) against x's.
+		product := func(k0, k1 int, acc32 bool) []float64 {
+			n := k1 - k0
+			part := make([]byte, 0, rows*(n/bs)*blockBytes)
+			for r := range rows {
+				row := raw[r*int(rb):]
+				part = append(part, row[k0/bs*blockBytes:k1/bs*blockBytes]...)
+			}
+			p, err := pack(f, rows, n, part, false, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lay := layoutFor(f, n, 1)
+			act := make([]byte, lay.bytes(1))
+			exactLevel.convert(lay, x[k0:k1], act, 0)
+			dst := make([]float64, p.tiles*tileRows)
+			if acc32 {
+				gemmAcc[float32](p, p.data, p.tiles, act, lay.stride(), 1, dst, len(dst))
+			} else {
+				gemmAcc[float64](p, p.data, p.tiles, act, lay.stride(), 1, dst, len(dst))
+			}
+			return dst
+		}
+		for _, acc32 := range []bool{false, true} {
+			whole := product(0, cols, acc32)
+			sum := make([]float64, len(whole))
+			k1 := cols
+			for i := len(pieces) - 1; i >= 0; i-- {
+				k0 := k1 - pieces[i]*bs
+				for j, v := range product(k0, k1, acc32) {
+					if acc32 {
+						sum[j] = float64(float32(sum[j]) + float32(v))
+					} else {
+						sum[j] += v
+					}
+				}
+				k1 = k0
+			}
+			differ := 0
+			for j := range rows {
+				a, b := float32(whole[j]), float32(sum[j])
+				if math.Float32bits(a) == math.Float32bits(b) {
+					continue
+				}
+				differ++
+				if !acc32 {
+					t.Errorf("%s: row %d: whole K %g (%#x), split %g (%#x)", typ, j, a, math.Float32bits(a), b, math.Float32bits(b))
+				}
+			}
+			if acc32 {
+				t.Logf("%s: with float32 accumulators %d of %d rows differ when K is split", typ, differ, rows)
+				if differ == 0 {
+					t.Errorf("%s: float32 accumulators gave the same rows whole and split: the test shows nothing", typ)
+				}
+			}
+		}
+	}
+}
+
+// TestExactAttentionSplits: the exact level's attention agrees bit for bit
+// with flash-decoding's order, computed here in float64: keys in runs
+// whose partial maxima, sums and weighted values are merged by rescaling,
+// and each score's dot product summed in two halves of the head.
+func TestExactAttentionSplits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const capacity, heads, nkv, hd = 48, 4, 2, 64
+	kvDim := nkv * hd
+	pos := []int32{0, 5, 30, 47, 100} // 100: the ring cache wrapped
+	for _, f16 := range []bool{false, true} {
+		for _, window := range []int{0, 17} {
+			for _, softcap := range []float32{0, 20} {
+				name := fmt.Sprintf("f16=%v/window=%d/cap=%g", f16, window, softcap)
+				rows := len(pos)
+				kv := kvCache{capacity: capacity, kvDim: kvDim}
+				kf, vf := randFloats(rng, capacity*kvDim, 2), randFloats(rng, capacity*kvDim, 1)
+				if f16 {
+					kv.k16, kv.v16 = make([]uint16, len(kf)), make([]uint16, len(vf))
+					toF16(kv.k16, kf)
+					toF16(kv.v16, vf)
+				} else {
+					kv.k, kv.v = kf, vf
+				}
+				key := func(slot, h int) []float64 {
+					out := make([]float64, hd)
+					at := slot*kvDim + (h/(heads/nkv))*hd
+					for d := range out {
+						if f16 {
+							out[d] = float64(f16At([]byte{byte(kv.k16[at+d]), byte(kv.k16[at+d] >> 8)}))
+						} else {
+							out[d] = float64(kv.k[at+d])
+						}
+					}
+					return out
+				}
+				val := func(slot, h, d int) float64 {
+					at := slot*kvDim + (h/(heads/nkv))*hd + d
+					if f16 {
+						return float64(f16At([]byte{byte(kv.v16[at]), byte(kv.v16[at] >> 8)}))
+					}
+					return float64(kv.v[at])
+				}
+				q := randFloats(rng, rows*heads*hd, 1)
+				out := make([]float32, len(q))
+				op := &backend.Op{A: 0, Out: 1, NHeads: heads, NKV: nkv, HeadDim: hd, Scale: 0.125, Cap: softcap, Window: window}
+				e := &exec{bufs: [][]float32{q, out}, kv: []kvCache{kv}, batch: &backend.Batch{Pos: pos, Slots: make([]int32, rows)}}
+				e.exactScratch = [][]float64{make([]float64, capacity+hd)}
+				body := e.attentionExactBody(op)
+				for r, p := range pos {
+					if window > 0 || int(p) < capacity {
+						body(r*heads, (r+1)*heads, 0)
+					}
+				}
+				for r, p := range pos {
+					if window == 0 && int(p) >= capacity {
+						continue // not a position this cache could hold
+					}
+					first := 0
+					if window > 0 {
+						first = max(0, int(p)-window+1)
+					}
+					for h := range heads {
+						qh := q[(r*heads+h)*hd:][:hd]
+						score := func(j int) float64 {
+							kj := key(j%capacity, h)
+							var lo, hi float64
+							for d := hd - 1; d >= hd/2; d-- {
+								hi += float64(qh[d]) * kj[d]
+							}
+							for d := range hd / 2 {
+								lo += float64(qh[d]) * kj[d]
+							}
+							s := (hi + lo) * 0.125
+							if softcap > 0 {
+								s = float64(softcap) * math.Tanh(s/float64(softcap))
+							}
+							return s
+						}
+						// runs of 7 positions, last run first
+						mAll, lAll := math.Inf(-1), 0.0
+						oAll := make([]float64, hd)
+						for end := int(p) + 1; end > first; end -= 7 {
+							start := max(first, end-7)
+							m := math.Inf(-1)
+							for j := start; j < end; j++ {
+								m = max(m, score(j))
+							}
+							var l float64
+							o := make([]float64, hd)
+							for j := start; j < end; j++ {
+								e := math.Exp(score(j) - m)
+								l += e
+								for d := range o {
+									o[d] += e * val(j%capacity, h, d)
+								}
+							}
+							mNew := max(mAll, m)
+							a, b := math.Exp(mAll-mNew), math.Exp(m-mNew)
+							lAll = lAll*a + l*b
+							for d := range oAll {
+								oAll[d] = oAll[d]*a + o[d]*b
+							}
+							mAll = mNew
+						}
+						for d := range hd {
+							want := float32(oAll[d] / lAll)
+							got := out[(r*heads+h)*hd+d]
+							if math.Float32bits(want) != math.Float32bits(got) {
+								t.Fatalf("%s: row %d head %d dim %d: %g, split in runs %g", name, r, h, d, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
