@@ -31,9 +31,9 @@ import (
 //   - float weights: Σ float64(w)·float64(a), rounded once;
 //   - RMSNorm: ss = Σ float64(x)², inv = 1/sqrt(ss/n + eps) in float64,
 //     y = fl32(float64(x)·inv·float64(w)) in that order;
-//   - RoPE: y = fl32(float64(x0)·c − float64(x1)·s) and fl32(float64(x0)·s
-//     + float64(x1)·c), with c and s the float32 roundings of the float64
-//     cosine and sine of float64(pos)·invFreq;
+//   - RoPE: y0 = fl32(float64(x0)·c − float64(x1)·s), y1 =
+//     fl32(float64(x0)·s + float64(x1)·c), with c and s the float32
+//     roundings of the float64 cosine and sine of float64(pos)·invFreq;
 //   - attention: scores float64(q·k)·scale in float64 (soft-capped in
 //     float64), e_j = exp(s_j − max), out = fl32(Σ e_j·v_j / Σ e_j), all in
 //     float64;
