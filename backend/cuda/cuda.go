@@ -48,6 +48,9 @@ type Backend struct {
 	name   string // the device's name
 	sms    int    // multiprocessors
 	closed bool
+	// exact: the module was compiled to the CPU backend's exact contract
+	// (WEFT_CUDA_EXACT=1, exactOn) and plans keep to it.
+	exact bool
 
 	// cuBLAS for large products, or nil with blasErr saying why not.
 	blas       *blasAPI
@@ -109,7 +112,7 @@ func New(device int) (*Backend, error) {
 	if device < 0 || device >= int(count) {
 		return nil, fmt.Errorf("cuda: device %d does not exist (%d found)", device, count)
 	}
-	b := &Backend{index: device, drv: d}
+	b := &Backend{index: device, drv: d, exact: exactOn()}
 	if r := d.cuDeviceGet(&b.dev, int32(device)); r != 0 {
 		return nil, fmt.Errorf("cuda: cuDeviceGet(%d): %w", device, d.err(r))
 	}

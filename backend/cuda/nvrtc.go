@@ -148,6 +148,9 @@ func compileOptions() []string {
 	if traceOn() {
 		opts = append(opts, "-DWEFT_TRACE")
 	}
+	if exactOn() {
+		opts = append(opts, "-DWEFT_EXACT=1")
+	}
 	// WEFT_CUDA_LATE: kernel classes (all, glu, mv: the other products,
 	// K-quants included; attn) that let the next launch start only as
 	// their blocks leave (kernels.cu's PDL_* and TRIGGER_*), for
