@@ -51,8 +51,8 @@ func TestPlanExact(t *testing.T) {
 // those of the CPU's exact level (WEFT_CPU_KERNELS=exact) but for a value
 // that falls within a few float64 ulps of a float32 rounding boundary.
 // stories260K (a trained model 64 wide, where one int8 activation level
-// moved costs a KL of about 1e-3) in every type the GPU computes with
-// int8 activations, and the fixtures: a prefill in chunks of 16 (mmq for
+// moved costs a KL of about 1e-3) as stored (F32), as F16 and BF16, and in
+// every type the GPU computes with int8 activations, and the fixtures: a prefill in chunks of 16 (mmq for
 // Q8_0 and Q4_0), then greedy decode steps, every position held to KL
 // 1e-4 (the bound); the rows that are bit-identical are counted.
 // Types the GPU converts to F16 (Q4_1, Q5_1, Q2_K, Q3_K, IQ4_XS, MLX) are

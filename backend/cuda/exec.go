@@ -248,7 +248,7 @@ func deviceBytes(p *backend.Program, pl *planned) uint64 {
 		}
 	}
 	for _, r := range p.Ropes {
-		n += uint64(8 * len(r.InvFreq)) // float64 under WEFT_CUDA_EXACT
+		n += uint64(8 * len(r.InvFreq)) // float64 under WEFT_CUDA_EXACT, float32 else: counted at the larger
 	}
 	for _, c := range p.Caches {
 		n += 2 * cacheElemBytes(c) * uint64(p.Slots) * uint64(c.Capacity) * uint64(c.KVDim)

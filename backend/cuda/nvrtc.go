@@ -171,7 +171,9 @@ func envDefines(s string) []string {
 	var opts []string
 	for d := range strings.SplitSeq(s, ",") {
 		name, value, _ := strings.Cut(d, "=")
-		if !macroName.MatchString(name) || !macroValue.MatchString(value) {
+		if !macroName.MatchString(name) || !macroValue.MatchString(value) || name == "WEFT_EXACT" {
+			// WEFT_EXACT changes what the plan must upload and launch
+			// (Backend.exact): only WEFT_CUDA_EXACT sets it.
 			continue
 		}
 		opts = append(opts, "-D"+d)
