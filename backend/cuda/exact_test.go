@@ -3,6 +3,7 @@ package cuda
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,9 +47,10 @@ func TestPlanExact(t *testing.T) {
 	}
 }
 
-// TestExactAgainstCPU: a backend made with WEFT_CUDA_EXACT=1 keeps to the
-// CPU backend's exact contract (backend/cpu/exact.go), so its logits are
-// those of the CPU's exact level (WEFT_CPU_KERNELS=exact) but for a value
+// TestExactAgainstCPU: a backend made by NewExact (or with
+// WEFT_CUDA_EXACT=1) keeps to the CPU backend's exact contract
+// (backend/cpu/exact.go), so its logits are those of the CPU's exact
+// level (cpu.NewExact, WEFT_CPU_KERNELS=exact) but for a value
 // that falls within a few float64 ulps of a float32 rounding boundary.
 // stories260K (a trained model 64 wide, where one int8 activation level
 // moved costs a KL of about 1e-3) as stored (F32), as F16 and BF16, and in
@@ -59,15 +61,20 @@ func TestPlanExact(t *testing.T) {
 // left out: the CPU multiplies them by int8 activations, the GPU by
 // float ones, which no order of sums reconciles.
 func TestExactAgainstCPU(t *testing.T) {
-	t.Setenv("WEFT_CUDA_EXACT", "1")
-	gpu := newGPU(t)
-	if !gpu.exact {
-		t.Fatal("WEFT_CUDA_EXACT=1 made a backend without the exact kernels")
+	gpu, err := NewExact(0)
+	if err != nil {
+		if os.Getenv("WEFT_CUDA_REQUIRE") == "1" {
+			t.Fatalf("WEFT_CUDA_REQUIRE=1 but no GPU backend: %v", err)
+		}
+		t.Skipf("no CUDA device: %s", strings.SplitN(err.Error(), "\n", 2)[0])
 	}
-	t.Setenv("WEFT_CPU_KERNELS", "exact")
-	cb := cpu.New(2)
+	defer gpu.Close()
+	if !gpu.exact {
+		t.Fatal("NewExact made a backend without the exact kernels")
+	}
+	cb := cpu.NewExact(2)
 	if cb.Kernels() != "exact" {
-		t.Fatalf("CPU backend runs %q kernels, want exact", cb.Kernels())
+		t.Fatalf("cpu.NewExact runs %q kernels", cb.Kernels())
 	}
 	var paths []string
 	if src := sharedPath("gguf-stories260K/stories260K.gguf"); src != "" {

@@ -30,8 +30,8 @@ func TestEnvDefines(t *testing.T) {
 		t.Error("WEFT_CUDA_DEFINES does not change the cache key")
 	}
 	t.Setenv("WEFT_CUDA_DEFINES", "")
-	t.Setenv("WEFT_CUDA_EXACT", "1")
-	if !slices.Contains(compileOptions(), "-DWEFT_EXACT=1") || cacheKey("src", target{arch: 90, cubin: true}, 13000, 13000) == base {
-		t.Error("WEFT_CUDA_EXACT=1 does not compile the exact kernels under their own cache key")
+	exact := target{arch: 90, cubin: true, exact: true}
+	if !slices.Contains(compileOptions(exact), "-DWEFT_EXACT=1") || cacheKey("src", exact, 13000, 13000) == base {
+		t.Error("an exact target does not compile the exact kernels under their own cache key")
 	}
 }
