@@ -42,8 +42,17 @@ func New(threads int) *Backend {
 	return b
 }
 
+// NewExact is New with the exact kernel level (WEFT_CPU_KERNELS=exact;
+// exact.go): results that do not depend on the order of any sum, the
+// reference other backends are checked against. Slow.
+func NewExact(threads int) *Backend {
+	b := New(threads)
+	b.isa, b.err = exactLevel, nil
+	return b
+}
+
 // Kernels names the kernel level compiled plans use ("avx512vnni", "avx2",
-// "go").
+// "go", "exact").
 func (b *Backend) Kernels() string {
 	if b.isa == nil {
 		return ""

@@ -17,7 +17,11 @@ __device__ __forceinline__ void attention_t(float* out, const float* q, const C*
                                             const int* pos, const int* slots, int nheads, int nkv, int hd, int cap,
                                             float scale, float softcap, int window, signed char* qa, float2* ds) {
     PDL;
+#if WEFT_EXACT
+    extern __shared__ __align__(16) float sm[];
+#else
     extern __shared__ float sm[];
+#endif
     int h = blockIdx.x, r = blockIdx.y;
     if (r >= meta[0]) return;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -26,25 +30,29 @@ __device__ __forceinline__ void attention_t(float* out, const float* q, const C*
     u64 base = (u64)slots[r] * cap * kvdim + (u64)(h / (nheads / nkv)) * hd;
     const float* qh = q + (u64)r * nheads * hd + (u64)h * hd;
 
-    float qv[MAXD / 32], acc[MAXD / 32];
+    // Under WEFT_EXACT (acc_t double) the scores, the softmax and the
+    // weighted values are float64 throughout: the products q·k and e·v
+    // are exact or nearly, the sums' order does not show in the result.
+    float qv[MAXD / 32];
+    acc_t acc[MAXD / 32];
 #pragma unroll
     for (int k = 0; k < MAXD / 32; k++) {
         int d = lane + 32 * k;
         qv[k] = d < hd ? qh[d] : 0.f;
         acc[k] = 0.f;
     }
-    float m = NEG_INF, l = 0.f;
+    acc_t m = NEG_INF, l = 0.f;
     for (int j = first + warp; j <= p; j += nw) {
         u64 at = base + (u64)(j % cap) * kvdim;
-        float s = 0.f;
+        acc_t s = 0.f;
 #pragma unroll
         for (int k = 0; k < MAXD / 32; k++) {
             int d = lane + 32 * k;
-            if (d < hd) s += qv[k] * cld(kc, at + d);
+            if (d < hd) s += (acc_t)qv[k] * cld(kc, at + d);
         }
         s = warp_sum(s) * scale;
-        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-        float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
+        if (softcap > 0.f) s = softcap * acc_tanh(s / softcap);
+        acc_t mn = acc_max(m, s), corr = acc_exp(m - mn), e = acc_exp(s - mn);
         l = l * corr + e;
 #pragma unroll
         for (int k = 0; k < MAXD / 32; k++) {
@@ -54,9 +62,9 @@ __device__ __forceinline__ void attention_t(float* out, const float* q, const C*
         m = mn;
     }
 
-    float* sacc = sm;               // [nw, hd]
-    float* sm_m = sm + nw * hd;     // [nw]
-    float* sm_l = sm_m + nw;        // [nw]
+    acc_t* sacc = (acc_t*)sm;       // [nw, hd]
+    acc_t* sm_m = sacc + nw * hd;   // [nw]
+    acc_t* sm_l = sm_m + nw;        // [nw]
 #pragma unroll
     for (int k = 0; k < MAXD / 32; k++) {
         int d = lane + 32 * k;
@@ -69,15 +77,16 @@ __device__ __forceinline__ void attention_t(float* out, const float* q, const C*
     __syncthreads();
     // Position p is always visible, so at least one warp has a finite max;
     // a warp that saw no position has m = -inf and weighs exp(-inf) = 0.
-    float M = NEG_INF;
-    for (int w = 0; w < nw; w++) M = fmaxf(M, sm_m[w]);
-    float L = 0.f;
-    for (int w = 0; w < nw; w++) L += sm_l[w] * expf(sm_m[w] - M);
+    acc_t M = NEG_INF;
+    for (int w = 0; w < nw; w++) M = acc_max(M, sm_m[w]);
+    acc_t L = 0.f;
+    for (int w = 0; w < nw; w++) L += sm_l[w] * acc_exp(sm_m[w] - M);
     u64 ob = (u64)r * nheads * hd + (u64)h * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float v = 0.f;
-        for (int w = 0; w < nw; w++) v += sacc[w * hd + d] * expf(sm_m[w] - M);
-        v /= L;
+        acc_t va = 0.f;
+        for (int w = 0; w < nw; w++) va += sacc[w * hd + d] * acc_exp(sm_m[w] - M);
+        va /= L;
+        float v = (float)va;
         out[ob + d] = v;
         // With qa set (hd a multiple of 32), each warp's 32 dims are one
         // block of the quantized output.

@@ -48,6 +48,9 @@ type Backend struct {
 	name   string // the device's name
 	sms    int    // multiprocessors
 	closed bool
+	// exact: the module was compiled to the CPU backend's exact contract
+	// (WEFT_CUDA_EXACT=1, exactOn) and plans keep to it.
+	exact bool
 
 	// cuBLAS for large products, or nil with blasErr saying why not.
 	blas       *blasAPI
@@ -97,7 +100,17 @@ func kernelNames() []string {
 // loading the kernels for it. It fails, without side effects worth
 // undoing, when the driver or NVRTC is missing or too old or the device
 // does not exist.
-func New(device int) (*Backend, error) {
+func New(device int) (*Backend, error) { return newBackend(device, exactOn()) }
+
+// NewExact is New with kernels kept to the CPU backend's exact contract
+// (backend/cpu/exact.go), as WEFT_CUDA_EXACT=1 asks of New: every rounded
+// sum in float64, so that a model's logits are those of the CPU's exact
+// level (cpu.NewExact) but for values within a few float64 ulps of a
+// float32 rounding boundary. Slower: decode loses 16-24 % on an H100,
+// prefill more (no cuBLAS, the one-block-a-head attention).
+func NewExact(device int) (*Backend, error) { return newBackend(device, true) }
+
+func newBackend(device int, exact bool) (*Backend, error) {
 	d, err := loadDriver()
 	if err != nil {
 		return nil, err
@@ -109,7 +122,7 @@ func New(device int) (*Backend, error) {
 	if device < 0 || device >= int(count) {
 		return nil, fmt.Errorf("cuda: device %d does not exist (%d found)", device, count)
 	}
-	b := &Backend{index: device, drv: d}
+	b := &Backend{index: device, drv: d, exact: exact}
 	if r := d.cuDeviceGet(&b.dev, int32(device)); r != 0 {
 		return nil, fmt.Errorf("cuda: cuDeviceGet(%d): %w", device, d.err(r))
 	}
@@ -151,7 +164,7 @@ func (b *Backend) load(n *nvrtcAPI, arch int) error {
 	if r := d.cuCtxSetCurrent(b.ctx); r != 0 {
 		return fmt.Errorf("cuCtxSetCurrent: %w", d.err(r))
 	}
-	image, t, path, err := module(n, arch, d.version)
+	image, t, path, err := module(n, arch, d.version, b.exact)
 	if err != nil {
 		return err
 	}

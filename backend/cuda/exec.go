@@ -181,6 +181,13 @@ func envPlanOptions() planOptions {
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	opt := envPlanOptions()
 	opt.gemm, opt.sms, opt.mmq = b.blas != nil, b.sms, mmqOn(b.target.arch)
+	if b.exact {
+		// cuBLAS's f16 products and the float32 attention kernels do
+		// not keep to the contract: mmq takes the large batches of
+		// Q8_0 and Q4_0 products, the matrix-vector kernels the rest,
+		// the one-block-a-head kernel every attention.
+		opt.exact, opt.gemm, opt.mmq = true, false, b.target.arch >= 80
+	}
 	pl, err := plan(p, opt)
 	if err != nil {
 		return nil, err
@@ -241,7 +248,7 @@ func deviceBytes(p *backend.Program, pl *planned) uint64 {
 		}
 	}
 	for _, r := range p.Ropes {
-		n += uint64(4 * len(r.InvFreq))
+		n += uint64(8 * len(r.InvFreq)) // float64 under WEFT_CUDA_EXACT, float32 else: counted at the larger
 	}
 	for _, c := range p.Caches {
 		n += 2 * cacheElemBytes(c) * uint64(p.Slots) * uint64(c.Capacity) * uint64(c.KVDim)
@@ -294,6 +301,20 @@ func f32Bytes(v []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
 }
 
+func f64Bytes(v []float64) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 8*len(v))
+}
+
+// exactOn reports whether WEFT_CUDA_EXACT=1 asks for kernels kept to the
+// CPU backend's exact contract (kernels.cu's WEFT_EXACT): slower, and
+// bit-identical to the CPU's exact level (WEFT_CPU_KERNELS=exact) but for
+// values within a few float64 ulps of a float32 rounding boundary. Read
+// when a Backend is made (its module and plans keep the answer).
+func exactOn() bool { return os.Getenv("WEFT_CUDA_EXACT") == "1" }
+
 // allocate reserves and fills the program's device memory, after checking
 // that it fits.
 func (e *exec) allocate(pl *planned) error {
@@ -320,7 +341,11 @@ func (e *exec) allocate(pl *planned) error {
 		for j, f := range r.InvFreq {
 			inv[j] = float32(f)
 		}
-		ptr, err := e.upload(f32Bytes(inv), fmt.Sprintf("rope table %d", i))
+		table := f32Bytes(inv)
+		if e.be.exact {
+			table = f64Bytes(r.InvFreq) // kernels.cu's freq_t
+		}
+		ptr, err := e.upload(table, fmt.Sprintf("rope table %d", i))
 		if err != nil {
 			return err
 		}

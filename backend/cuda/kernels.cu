@@ -32,6 +32,26 @@ typedef unsigned long long u64; // offsets: tensors may pass 2^31 elements
 #define W_Q8_0 3
 #define W_Q4_0 4
 
+// WEFT_EXACT (1: WEFT_CUDA_EXACT=1, nvrtc.go) compiles the kernels to the
+// CPU backend's exact contract (backend/cpu/exact.go): every sum that is
+// rounded is taken in float64 (acc_t) over terms exact in float64 and
+// rounded to float32 once, where it is stored; norms, RoPE (from float64
+// inverse frequencies, freq_t), the GLU's activation, the soft-caps and
+// the attention's softmax in float64. The result then does not depend on
+// the order of the sums (lanes, warps, splits), and agrees with the CPU's
+// exact level bit for bit but for values within a few float64 ulps of a
+// float32 rounding boundary. Without it (0) the kernels sum in float32.
+#ifndef WEFT_EXACT
+#define WEFT_EXACT 0
+#endif
+#if WEFT_EXACT
+typedef double acc_t;
+typedef double freq_t;
+#else
+typedef float acc_t;
+typedef float freq_t;
+#endif
+
 __device__ __forceinline__ float h2f(u16 h) {
     float f;
     asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
@@ -250,19 +270,58 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+#if WEFT_EXACT
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_max(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+#endif
+
+// acc_exp, acc_tanh and acc_max are expf, tanhf and fmaxf on float and
+// their float64 forms on double (WEFT_EXACT's acc_t).
+__device__ __forceinline__ float acc_exp(float x) { return expf(x); }
+__device__ __forceinline__ float acc_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ float acc_max(float a, float b) { return fmaxf(a, b); }
+#if WEFT_EXACT
+__device__ __forceinline__ double acc_exp(double x) { return exp(x); }
+__device__ __forceinline__ double acc_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ double acc_max(double a, double b) { return fmax(a, b); }
+#endif
+
 // block_sum returns the sum of v over the block to every thread. It
 // contains barriers, so every thread of the block must call it.
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
+template <typename F>
+__device__ F block_sum(F v) {
+    __shared__ F part[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     v = warp_sum(v);
     __syncthreads();
     if (lane == 0) part[warp] = v;
     __syncthreads();
     int nw = (blockDim.x + 31) >> 5;
-    v = lane < nw ? part[lane] : 0.f;
+    v = lane < nw ? part[lane] : (F)0;
     return warp_sum(v);
 }
+
+// sq is x² as an acc_t: exact in float64.
+__device__ __forceinline__ acc_t sq(float x) { return (acc_t)x * (acc_t)x; }
+
+// norm_inv is 1/sqrt(ss/n + eps): in float64 under WEFT_EXACT.
+__device__ __forceinline__ acc_t norm_inv(acc_t ss, int n, float eps) {
+#if WEFT_EXACT
+    return 1.0 / sqrt(ss / (double)n + (double)eps);
+#else
+    return 1.f / sqrtf(ss / (float)n + eps);
+#endif
+}
+
+// norm_apply is x·inv·w, rounded once to float32 under WEFT_EXACT.
+__device__ __forceinline__ float norm_apply(float x, acc_t inv, float w) { return (float)((acc_t)x * inv * (acc_t)w); }
 
 // repack_q8_0 / repack_q4_0 turn n GGUF blocks (34 or 18 bytes: f16 scale,
 // then the quants) into the device layout. One thread per block.
@@ -383,11 +442,11 @@ extern "C" __global__ void rmsnorm(float* out, const float* a, const float* w, c
     u64 base = (u64)r * cols + (u64)blockIdx.x * group;
     const float* x = a + base;
     float* y = out + base;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < group; i += blockDim.x) ss += x[i] * x[i];
+    acc_t ss = 0.f;
+    for (int i = threadIdx.x; i < group; i += blockDim.x) ss += sq(x[i]);
     ss = block_sum(ss);
-    float inv = 1.f / sqrtf(ss / (float)group + eps);
-    for (int i = threadIdx.x; i < group; i += blockDim.x) y[i] = x[i] * inv * w[i];
+    acc_t inv = norm_inv(ss, group, eps);
+    for (int i = threadIdx.x; i < group; i += blockDim.x) y[i] = norm_apply(x[i], inv, w[i]);
 }
 
 // norm_q8_chunk scales lane's 4 elements x (chunk c of the row: elements
@@ -398,9 +457,10 @@ extern "C" __global__ void rmsnorm(float* out, const float* a, const float* w, c
 // and the rounding are the same operations on the same values). Every
 // lane of the warp calls it; live is false for chunks past the row (whole
 // groups of 8 lanes, the row being a multiple of 32).
-__device__ __forceinline__ void norm_q8_chunk(float4 x, float4 w, float inv, int c, bool live, float* y,
+__device__ __forceinline__ void norm_q8_chunk(float4 x, float4 w, acc_t inv, int c, bool live, float* y,
                                               signed char* qa, float2* ds, int lane) {
-    float4 v = make_float4(x.x * inv * w.x, x.y * inv * w.y, x.z * inv * w.z, x.w * inv * w.w);
+    float4 v = make_float4(norm_apply(x.x, inv, w.x), norm_apply(x.y, inv, w.y), norm_apply(x.z, inv, w.z),
+                           norm_apply(x.w, inv, w.w));
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
@@ -446,15 +506,15 @@ extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w
         xv[t] = c < nc ? x[c] : zero;
     }
     if (r >= meta[which]) return;
-    float ss = 0.f;
+    acc_t ss = 0.f;
 #pragma unroll
-    for (int t = 0; t < NORM_HELD; t++) ss += xv[t].x * xv[t].x + xv[t].y * xv[t].y + xv[t].z * xv[t].z + xv[t].w * xv[t].w;
+    for (int t = 0; t < NORM_HELD; t++) ss += sq(xv[t].x) + sq(xv[t].y) + sq(xv[t].z) + sq(xv[t].w);
     for (int c = threadIdx.x + NORM_HELD * T; c < nc; c += T) {
         float4 v = x[c];
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        ss += sq(v.x) + sq(v.y) + sq(v.z) + sq(v.w);
     }
     ss = block_sum(ss);
-    float inv = 1.f / sqrtf(ss / (float)cols + eps);
+    acc_t inv = norm_inv(ss, cols, eps);
     float* y = out + (u64)r * cols;
     signed char* q = qa + (u64)r * cols;
     float2* d = ds + (u64)r * (cols >> 5);
@@ -475,22 +535,45 @@ extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w
 // rope rotates x [rows, nheads*hd] in place: the first 2*half dims of each
 // head, pairs (2i, 2i+1) (interleaved) or (i, i+half) (neox), by angle
 // pos * invfreq[i]. Grid (1, rows).
-extern "C" __global__ void rope(float* x, const float* invfreq, const int* meta, const int* pos, int nheads, int hd,
+// rope_angle sets the cosine c and sine s of the angle p·f (p the
+// position): in float32, or under WEFT_EXACT the float32 roundings of the
+// float64 ones (as the CPU backend's tables).
+__device__ __forceinline__ void rope_angle(freq_t p, freq_t f, float* s, float* c) {
+#if WEFT_EXACT
+    double sd, cd;
+    sincos(p * f, &sd, &cd);
+    *s = (float)sd;
+    *c = (float)cd;
+#else
+    sincosf(p * f, s, c);
+#endif
+}
+
+// rope_rot rotates (x0, x1) by the angle of cosine c and sine s: under
+// WEFT_EXACT each result is the float64 expression rounded once (its
+// products are exact, so contraction cannot change it).
+__device__ __forceinline__ void rope_rot(float x0, float x1, float c, float s, float* y0, float* y1) {
+    *y0 = (float)((acc_t)x0 * (acc_t)c - (acc_t)x1 * (acc_t)s);
+    *y1 = (float)((acc_t)x0 * (acc_t)s + (acc_t)x1 * (acc_t)c);
+}
+
+extern "C" __global__ void rope(float* x, const freq_t* invfreq, const int* meta, const int* pos, int nheads, int hd,
                                 int half, int neox) {
     PDL;
     int r = blockIdx.y;
     if (r >= meta[0]) return;
-    float p = (float)pos[r];
+    freq_t p = (freq_t)pos[r];
     float* xr = x + (u64)r * nheads * hd;
     for (int t = threadIdx.x; t < nheads * half; t += blockDim.x) {
         int h = t / half, i = t - h * half;
         float s, c;
-        sincosf(p * invfreq[i], &s, &c);
+        rope_angle(p, invfreq[i], &s, &c);
         int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
         float* v = xr + h * hd;
-        float x0 = v[ia], x1 = v[ib];
-        v[ia] = x0 * c - x1 * s;
-        v[ib] = x0 * s + x1 * c;
+        float x0 = v[ia], x1 = v[ib], y0, y1;
+        rope_rot(x0, x1, c, s, &y0, &y1);
+        v[ia] = y0;
+        v[ib] = y1;
     }
 }
 
@@ -509,7 +592,8 @@ extern "C" __global__ void rope(float* x, const float* invfreq, const int* meta,
 // angle of cosine c and sine s into x and, where kd is set, the cache.
 template <typename C>
 __device__ __forceinline__ void rope_pair_store(float* x, C* kd, int ia, int ib, float x0, float x1, float c, float s) {
-    float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+    float y0, y1;
+    rope_rot(x0, x1, c, s, &y0, &y1);
     x[ia] = y0;
     x[ib] = y1;
     if (kd) {
@@ -519,13 +603,14 @@ __device__ __forceinline__ void rope_pair_store(float* x, C* kd, int ia, int ib,
 }
 
 template <typename C>
-__device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v, C* kc, C* vc, const float* invfreq,
+__device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v, C* kc, C* vc, const freq_t* invfreq,
                                              const int* meta, const int* pos, const int* slots, int nq, int nkv,
                                              int hd, int half, int neox, int cap) {
     int h = blockIdx.x, r = blockIdx.y, t = threadIdx.x, T = blockDim.x;
     int n = meta[0], pr = pos[r], slot = slots[r]; // one round trip for the three (pos and slots hold MaxRows)
-    float p = (float)pr, s0 = 0.f, c0 = 1.f;
-    if (t < half) sincosf(p * invfreq[t], &s0, &c0);
+    freq_t p = (freq_t)pr;
+    float s0 = 0.f, c0 = 1.f;
+    if (t < half) rope_angle(p, invfreq[t], &s0, &c0);
     PDL;
     if (r >= n) return;
     int kvdim = nkv * hd;
@@ -549,7 +634,7 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
     if (tail) cst(kd, t, xe);
     for (int i = t + T; i < half; i += T) {
         float s, c;
-        sincosf(p * invfreq[i], &s, &c);
+        rope_angle(p, invfreq[i], &s, &c);
         int ja = neox ? i : 2 * i, jb = neox ? i + half : 2 * i + 1;
         rope_pair_store(x, isk ? kd : nullptr, ja, jb, x[ja], x[jb], c, s);
     }
@@ -561,7 +646,7 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
 }
 
 #define ROPE_STORE(name, C)                                                                                   \
-    extern "C" __global__ void name(float* q, float* k, const float* v, C* kc, C* vc, const float* invfreq,     \
+    extern "C" __global__ void name(float* q, float* k, const float* v, C* kc, C* vc, const freq_t* invfreq,    \
                                     const int* meta, const int* pos, const int* slots, int nq, int nkv, int hd, \
                                     int half, int neox, int cap) {                                              \
         rope_store_t<C>(q, k, v, kc, vc, invfreq, meta, pos, slots, nq, nkv, hd, half, neox, cap);              \
@@ -600,13 +685,23 @@ extern "C" __global__ void add(float* out, const float* a, const float* b, const
 }
 
 // glu: out = act(a) * b, act 0 = SiLU, 1 = GELU (tanh approximation).
+// Under WEFT_EXACT in float64, rounded once.
 __device__ __forceinline__ float glu_value(float x, float y, int act) {
+#if WEFT_EXACT
+    double v = x, g;
+    if (act == 1)
+        g = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    else
+        g = v / (1 + exp(-v));
+    return (float)(g * (double)y);
+#else
     float g;
     if (act == 1)
         g = 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
     else
         g = x / (1.f + expf(-x));
     return g * y;
+#endif
 }
 
 extern "C" __global__ void glu(float* out, const float* a, const float* b, const int* meta, int which, int cols,
@@ -636,7 +731,11 @@ extern "C" __global__ void softcap(float* out, const float* a, const int* meta, 
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[which] || i >= cols) return;
     u64 at = (u64)r * cols + i;
+#if WEFT_EXACT
+    out[at] = (float)((double)cap * tanh((double)a[at] / (double)cap));
+#else
     out[at] = cap * tanhf(a[at] / cap);
+#endif
 }
 
 // gather: out[s] = a[selected[s]] for s < meta[1]. Grid (ceil(cols/block), rows).

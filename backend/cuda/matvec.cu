@@ -14,9 +14,9 @@
 // mv_reduce sums each row's partial dot products over its warps and
 // writes the M results of this pass. Every thread of the block calls it.
 template <int M>
-__device__ __forceinline__ void mv_reduce(float (&acc)[M], float* out, float* resid, const float* bias, int r0, int j,
+__device__ __forceinline__ void mv_reduce(acc_t (&acc)[M], float* out, float* resid, const float* bias, int r0, int j,
                                           int N, bool live, int wpr, int lpr) {
-    __shared__ float part[MV_WARPS][MVR];
+    __shared__ acc_t part[MV_WARPS][MVR];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
     for (int k = 0; k < M; k++)
@@ -29,7 +29,7 @@ __device__ __forceinline__ void mv_reduce(float (&acc)[M], float* out, float* re
         if (lane == 0 && warp % wpr == 0)
 #pragma unroll
             for (int k = 0; k < M; k++) {
-                float s = 0.f;
+                acc_t s = 0.f;
                 for (int w = 0; w < wpr; w++) s += part[warp + w][k];
                 acc[k] = s;
             }
@@ -40,7 +40,7 @@ __device__ __forceinline__ void mv_reduce(float (&acc)[M], float* out, float* re
 #pragma unroll
     for (int k = 0; k < M; k++) {
         u64 at = (u64)(r0 + k) * N + j;
-        float v = acc[k] + bj;
+        float v = (float)acc[k] + bj;
         out[at] = v;
         if (resid) resid[at] += v;
     }
@@ -123,6 +123,17 @@ __device__ __forceinline__ uint4 ldw(const u8* p) {
 #define MVQ_XPRE_Q4 0
 #endif
 
+// mv_term adds a chunk's term, its integer sum dot scaled by dw·da, to
+// acc: (dw·da)·dot in float32, or under WEFT_EXACT fl32(dw·da) and dot as
+// float64, whose product is exact.
+__device__ __forceinline__ void mv_term(acc_t& acc, float dw, float da, int dot) {
+#if WEFT_EXACT
+    acc += (double)(dw * da) * (double)dot;
+#else
+    acc += dw * da * (float)dot;
+#endif
+}
+
 // mvq_loadx loads the int8 activations (one 16-byte vector, or with two
 // Q4_0's pair) and block scale of chunk c of row r0 for mvq_dot's
 // activation preload.
@@ -144,7 +155,7 @@ __device__ __forceinline__ void mvq_loadx(int4 (&x)[NV], float& da, const signed
 // (pdl_late) once its first batch of weight loads is issued, and loads
 // activations only after that.
 template <int T, int M, int B, int NW, bool ONE = false, bool E = false>
-__device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* qa, const float2* ds,
+__device__ __forceinline__ void mvq_dot(acc_t (&acc)[NW][M], const signed char* qa, const float2* ds,
                                         const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
                                         bool live, int sub, int nsub, int early = 0) {
 #pragma unroll
@@ -234,7 +245,7 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
                             dot = dp4a((int)nib_hi(q[w][u].y), x1.y, dot);
                             dot = dp4a((int)nib_hi(q[w][u].z), x1.z, dot);
                             dot = dp4a((int)nib_hi(q[w][u].w), x1.w, dot);
-                            acc[w][k] += dw[w][u] * da * (float)dot;
+                            mv_term(acc[w][k], dw[w][u], da, dot);
                         }
                     }
                 } else {
@@ -254,7 +265,7 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
                             dot = dp4a((int)q[w][u].y, x.y, dot);
                             dot = dp4a((int)q[w][u].z, x.z, dot);
                             dot = dp4a((int)q[w][u].w, x.w, dot);
-                            acc[w][k] += dw[w][u] * da * (float)dot;
+                            mv_term(acc[w][k], dw[w][u], da, dot);
                         }
                     }
                 }
@@ -270,7 +281,7 @@ __device__ __forceinline__ void mvq_dot(float (&acc)[NW][M], const signed char* 
 // flight) when K allows (vec), else one element per lane. early and E as
 // for mvq_dot.
 template <int T, int M, int B, int NW, bool E = false>
-__device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, const u8* const (&row)[NW], int r0,
+__device__ __forceinline__ void mvf_dot(acc_t (&acc)[NW][M], const float* a, const u8* const (&row)[NW], int r0,
                                         int K, bool live, int sub, int nsub, bool vec, int early = 0) {
 #pragma unroll
     for (int w = 0; w < NW; w++)
@@ -321,8 +332,17 @@ __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, con
                     if constexpr (T != W_F32) x1 = x[1];
 #pragma unroll
                     for (int w = 0; w < NW; w++) {
+#if WEFT_EXACT
+                        // each product exact in float64
+                        acc_t v = (acc_t)wv[w][0] * x0.x + (acc_t)wv[w][1] * x0.y + (acc_t)wv[w][2] * x0.z +
+                                  (acc_t)wv[w][3] * x0.w;
+                        if constexpr (T != W_F32)
+                            v += (acc_t)wv[w][4] * x1.x + (acc_t)wv[w][5] * x1.y + (acc_t)wv[w][6] * x1.z +
+                                 (acc_t)wv[w][7] * x1.w;
+#else
                         float v = wv[w][0] * x0.x + wv[w][1] * x0.y + wv[w][2] * x0.z + wv[w][3] * x0.w;
                         if constexpr (T != W_F32) v += wv[w][4] * x1.x + wv[w][5] * x1.y + wv[w][6] * x1.z + wv[w][7] * x1.w;
+#endif
                         acc[w][k] += v;
                     }
                 }
@@ -339,7 +359,7 @@ __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, con
             for (int w = 0; w < NW; w++) {
                 float wi = deq<T>(row[w], 0, i);
 #pragma unroll
-                for (int k = 0; k < M; k++) acc[w][k] += wi * a[(u64)(r0 + k) * K + i];
+                for (int k = 0; k < M; k++) acc[w][k] += (acc_t)wi * a[(u64)(r0 + k) * K + i];
             }
         }
     }
@@ -352,7 +372,7 @@ __device__ __forceinline__ void mvf_dot(float (&acc)[NW][M], const float* a, con
 // with NW weight rows of one shape (their scales at d), B chunks of each
 // in flight.
 template <int T, int M, int B, int NW, bool ONE = false, bool E = false>
-__device__ __forceinline__ void mv_dot(float (&acc)[NW][M], const void* x, const float2* ds,
+__device__ __forceinline__ void mv_dot(acc_t (&acc)[NW][M], const void* x, const float2* ds,
                                        const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
                                        bool live, int sub, int nsub, int early = 0) {
     if constexpr (T == W_Q8_0 || T == W_Q4_0)
@@ -367,7 +387,7 @@ template <int T, int M, int B, bool ONE = false, bool E = false>
 __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x, const float2* ds, const u8* row,
                                         const u16* d, const float* bias, int r0, int K, int N, int j, bool live,
                                         int sub, int nsub, int wpr, int lpr, int early = 0) {
-    float acc[1][M];
+    acc_t acc[1][M];
     const u8* rows[1] = {row};
     const u16* ds1[1] = {d};
     mv_dot<T, M, B, 1, ONE, E>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub, early);
@@ -482,7 +502,7 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
         u64 jr = live ? j : 0;
         const u8* rows[2] = {wg + jr * rowBytes, wu + jr * rowBytes};
         const u16* sc[2] = {(const u16*)(wg + dOffG) + jr * (K >> 5), (const u16*)(wu + dOffU) + jr * (K >> 5)};
-        float a[2][M];
+        acc_t a[2][M];
         mv_dot<T, M, B, 2, false, E>(a, x, ds, rows, sc, r0, K, live, sub, lpr, lr0 == 0 ? early : 0);
 #pragma unroll
         for (int k = 0; k < M; k++)
@@ -494,9 +514,9 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
 #pragma unroll
             for (int k = 0; k < M; k++) {
                 u64 at = (u64)(r0 + k) * N + j;
-                res[k][lr] = glu_value(a[0][k], a[1][k], act);
-                if (gout) gout[at] = a[0][k];
-                if (uout) uout[at] = a[1][k];
+                res[k][lr] = glu_value((float)a[0][k], (float)a[1][k], act);
+                if (gout) gout[at] = (float)a[0][k];
+                if (uout) uout[at] = (float)a[1][k];
             }
     }
     __syncthreads();

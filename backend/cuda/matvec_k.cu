@@ -89,10 +89,10 @@ extern "C" __global__ void rmsnorm_q8k(float* out, const float* a, const float* 
     if (r >= meta[which]) return;
     const float* x = a + (u64)r * cols;
     float* y = out + (u64)r * cols;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += x[i] * x[i];
+    acc_t ss = 0.f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += sq(x[i]);
     ss = block_sum(ss);
-    float inv = 1.f / sqrtf(ss / (float)cols + eps);
+    acc_t inv = norm_inv(ss, cols, eps);
     int lane = threadIdx.x & 31, nsb = cols >> 8;
     for (int sb = threadIdx.x >> 5; sb < nsb; sb += blockDim.x >> 5) {
         int i = sb * 256 + lane * 8;
@@ -101,7 +101,7 @@ extern "C" __global__ void rmsnorm_q8k(float* out, const float* a, const float* 
         load8(x + i, v);
         load8(w + i, g);
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = v[k] * inv * g[k];
+        for (int k = 0; k < 8; k++) v[k] = norm_apply(v[k], inv, g[k]);
         *(float4*)(y + i) = make_float4(v[0], v[1], v[2], v[3]);
         *(float4*)(y + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
         float d = q8k_levels(v, q);
@@ -266,7 +266,7 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                                          int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr,
                                          int early = 0) {
     const int KQ = kq_bytes<T>();
-    float acc[M];
+    acc_t acc[M];
 #pragma unroll
     for (int k = 0; k < M; k++) acc[k] = 0.f;
     int nsb = K >> 8, nc = nsb * 8;
@@ -331,10 +331,13 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     dh = dp4a(hi[1], xh.y, dh);
                     dh = dp4a(hi[2], xh.z, dh);
                     dh = dp4a(hi[3], xh.w, dh);
+                    // Under WEFT_EXACT the integer sums and fl32(d·da),
+                    // fl32(dmin·da) as float64: exact products.
                     if constexpr (T == W_Q6_K) {
-                        acc[k] += (float)(sclo * (dl - 32 * slo) + schi * (dh - 32 * shi)) * (d * da);
+                        acc[k] += (acc_t)(sclo * (dl - 32 * slo) + schi * (dh - 32 * shi)) * (acc_t)(d * da);
                     } else {
-                        acc[k] += (float)(sclo * dl + schi * dh) * (d * da) - (float)(mlo * slo + mhi * shi) * (dmin * da);
+                        acc[k] += (acc_t)(sclo * dl + schi * dh) * (acc_t)(d * da) -
+                                  (acc_t)(mlo * slo + mhi * shi) * (acc_t)(dmin * da);
                     }
                 }
             }

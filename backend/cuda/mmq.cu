@@ -147,7 +147,7 @@ __device__ __forceinline__ void mmq(float* out, float* resid, const signed char*
         };
         auto wscale = [&](int kt) -> u16 { return sok && 2 * kt + skb < nb ? ssrc[2 * kt] : (u16)0; };
 
-        float acc[2][NT][4];
+        acc_t acc[2][NT][4];
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -222,8 +222,14 @@ __device__ __forceinline__ void mmq(float* out, float* resid, const signed char*
                         int c[4];
                         mma_s8(c, a[i], b[j][0], b[j][1]);
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            acc[i][j][e] = fmaf((float)c[e], dw[i][e >> 1] * (e & 1 ? da[j].y : da[j].x), acc[i][j][e]);
+                        for (int e = 0; e < 4; e++) {
+                            float sc = dw[i][e >> 1] * (e & 1 ? da[j].y : da[j].x);
+#if WEFT_EXACT
+                            acc[i][j][e] += (double)c[e] * (double)sc; // exact product
+#else
+                            acc[i][j][e] = fmaf((float)c[e], sc, acc[i][j][e]);
+#endif
+                        }
                     }
             }
             if (nx < nkt) swd[sn][skb][srow] = h2f(wsn);
@@ -247,7 +253,7 @@ __device__ __forceinline__ void mmq(float* out, float* resid, const signed char*
                         int r = m0 + wt0 + jt * 8 + tig * 2 + e;
                         if (r >= M) continue;
                         u64 at = (u64)r * N + j;
-                        float v = acc[i][jt][h * 2 + e] + bj;
+                        float v = (float)acc[i][jt][h * 2 + e] + bj;
                         out[at] = v;
                         if (resid) resid[at] += v;
                     }
@@ -256,9 +262,15 @@ __device__ __forceinline__ void mmq(float* out, float* resid, const signed char*
 }
 
 // Launch: MQ_THREADS threads, a grid of any size (blocks loop over the
-// tiles). Tiles of 64 activation rows, 2 blocks a multiprocessor.
+// tiles). Tiles of 64 activation rows, 2 blocks a multiprocessor (one
+// under WEFT_EXACT, whose float64 accumulators need twice the registers).
+#if WEFT_EXACT
+#define MQ_MINB 1
+#else
+#define MQ_MINB 2
+#endif
 #define MMQ(name, T)                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(MQ_THREADS, 2)                                                        \
+    extern "C" __global__ void __launch_bounds__(MQ_THREADS, MQ_MINB)                                                  \
         name(float* out, float* resid, const signed char* qa, const float2* ds, const u8* w, long long rowBytes,      \
              long long dOff, const float* bias, const int* meta, int which, int K, int N) {                           \
         PDL;                                                                                                         \

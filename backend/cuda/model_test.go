@@ -297,13 +297,22 @@ func TestModelsAgainstCPU(t *testing.T) {
 // the shared folder beside the repository.
 func sharedFile(t *testing.T, rel string) string {
 	t.Helper()
+	p := sharedPath(rel)
+	if p == "" {
+		t.Skipf("shared test data %s not available", rel)
+	}
+	return p
+}
+
+// sharedPath is sharedFile's path, or "" where the file is absent.
+func sharedPath(rel string) string {
 	root := os.Getenv("WEFT_SHARED")
 	if root == "" {
 		root = filepath.Join("..", "..", "..", "shared")
 	}
 	p := filepath.Join(root, "testdata", rel)
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared test data %s not available: %v", rel, err)
+		return ""
 	}
 	return p
 }
@@ -363,6 +372,62 @@ func TestStoriesGreedy(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("a decode step allocates %.0f times", allocs)
 	}
+}
+
+// storiesAs writes stories260K (f) with its F32 matrices whose rows are
+// whole blocks of typ quantized to typ (the others kept) into a
+// temporary GGUF and returns its path.
+func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
+	t.Helper()
+	gw := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		gw.SetKV(kv.Key, kv.Value)
+	}
+	quantized := 0
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		data, err := f.TensorData(ti)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ti.Dims) != 2 || ti.Type != ggml.F32 || ti.Dims[0]%uint64(typ.BlockSize()) != 0 {
+			if err := gw.AddTensor(ti.Name, ti.Type, ti.Dims, data); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		vals := make([]float32, len(data)/4)
+		for j := range vals {
+			vals[j] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*j:]))
+		}
+		rb, err := typ.RowBytes(ti.Dims[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]byte, rb*ti.Dims[1])
+		if err := quant.Quantize(typ, vals, out); err != nil {
+			t.Fatalf("%s: %v", ti.Name, err)
+		}
+		if err := gw.AddTensor(ti.Name, typ, ti.Dims, out); err != nil {
+			t.Fatal(err)
+		}
+		quantized++
+	}
+	if quantized == 0 {
+		t.Fatal("no tensor quantized")
+	}
+	path := filepath.Join(t.TempDir(), "stories260K-"+typ.String()+".gguf")
+	w, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw.WriteTo(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestTrainedQuantizedAgainstCPU quantizes stories260K, a trained model,
@@ -426,54 +491,7 @@ func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 				gpu.blas = nil
 				defer func() { gpu.blas = saved }()
 			}
-			gw := gguf.NewWriter()
-			for _, kv := range f.KVs {
-				gw.SetKV(kv.Key, kv.Value)
-			}
-			quantized := 0
-			for i := range f.Tensors {
-				ti := &f.Tensors[i]
-				data, err := f.TensorData(ti)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(ti.Dims) != 2 || ti.Type != ggml.F32 || ti.Dims[0]%uint64(typ.BlockSize()) != 0 {
-					if err := gw.AddTensor(ti.Name, ti.Type, ti.Dims, data); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				vals := make([]float32, len(data)/4)
-				for j := range vals {
-					vals[j] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*j:]))
-				}
-				rb, err := typ.RowBytes(ti.Dims[0])
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := make([]byte, rb*ti.Dims[1])
-				if err := quant.Quantize(typ, vals, out); err != nil {
-					t.Fatalf("%s: %v", ti.Name, err)
-				}
-				if err := gw.AddTensor(ti.Name, typ, ti.Dims, out); err != nil {
-					t.Fatal(err)
-				}
-				quantized++
-			}
-			if quantized == 0 {
-				t.Fatal("no tensor quantized")
-			}
-			path := filepath.Join(t.TempDir(), "stories260K-"+typ.String()+".gguf")
-			w, err := os.Create(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := gw.WriteTo(w); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
+			path := storiesAs(t, f, typ)
 			wp, err := weights.Open(path, weights.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -527,7 +545,7 @@ func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 				}
 				p.compare("decode step "+strconv.Itoa(step), last, g, tc.limit)
 			}
-			t.Logf("%d matrices in %s, worst KL %.3g", quantized, typ, p.worst)
+			t.Logf("%s: worst KL %.3g", typ, p.worst)
 		})
 	}
 }

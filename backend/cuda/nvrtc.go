@@ -114,6 +114,7 @@ func loadNVRTC(driverVersion int) (*nvrtcAPI, error) {
 type target struct {
 	arch  int  // 90 for compute capability 9.0
 	cubin bool // false: PTX
+	exact bool // kernels.cu's WEFT_EXACT: the CPU backend's exact contract
 }
 
 func (t target) option() string {
@@ -141,12 +142,15 @@ func chooseTarget(arch int, supported []int) (target, error) {
 	return target{arch: best}, nil
 }
 
-// compileOptions are NVRTC's options besides the architecture; with
-// WEFT_CUDA_TRACE=1 the module also records every block (trace.go).
-func compileOptions() []string {
+// compileOptions are NVRTC's options for t besides the architecture;
+// with WEFT_CUDA_TRACE=1 the module also records every block (trace.go).
+func compileOptions(t target) []string {
 	opts := []string{"--std=c++17", "-default-device"}
 	if traceOn() {
 		opts = append(opts, "-DWEFT_TRACE")
+	}
+	if t.exact {
+		opts = append(opts, "-DWEFT_EXACT=1")
 	}
 	// WEFT_CUDA_LATE: kernel classes (all, glu, mv: the other products,
 	// K-quants included; attn) that let the next launch start only as
@@ -168,7 +172,9 @@ func envDefines(s string) []string {
 	var opts []string
 	for d := range strings.SplitSeq(s, ",") {
 		name, value, _ := strings.Cut(d, "=")
-		if !macroName.MatchString(name) || !macroValue.MatchString(value) {
+		if !macroName.MatchString(name) || !macroValue.MatchString(value) || name == "WEFT_EXACT" {
+			// WEFT_EXACT changes what the plan must upload and launch
+			// (Backend.exact): only WEFT_CUDA_EXACT sets it.
 			continue
 		}
 		opts = append(opts, "-D"+d)
@@ -185,7 +191,7 @@ var (
 // options, the target and the driver and NVRTC versions.
 func cacheKey(source string, t target, driverVersion, nvrtcVersion int) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "weft-cuda\x00%s\x00%s\x00%d\x00%d\x00", t.option(), strings.Join(compileOptions(), " "), driverVersion, nvrtcVersion)
+	fmt.Fprintf(h, "weft-cuda\x00%s\x00%s\x00%d\x00%d\x00", t.option(), strings.Join(compileOptions(t), " "), driverVersion, nvrtcVersion)
 	h.Write([]byte(source))
 	ext := "ptx"
 	if t.cubin {
@@ -203,11 +209,12 @@ func cacheDir() (string, error) {
 	return filepath.Join(d, "weft", "cuda"), nil
 }
 
-// module returns the compiled kernels for a device of architecture arch:
+// module returns the compiled kernels for a device of architecture arch
+// (to the exact contract when exact is set):
 // from the cache when present (then cached is its path, so a stale file can
 // be replaced), else compiled by NVRTC and stored. A cache that cannot be
 // written is skipped, not an error.
-func module(n *nvrtcAPI, arch, driverVersion int) (image []byte, t target, cached string, err error) {
+func module(n *nvrtcAPI, arch, driverVersion int, exact bool) (image []byte, t target, cached string, err error) {
 	supported, err := n.archs()
 	if err != nil {
 		return nil, target{}, "", err
@@ -215,6 +222,7 @@ func module(n *nvrtcAPI, arch, driverVersion int) (image []byte, t target, cache
 	if t, err = chooseTarget(arch, supported); err != nil {
 		return nil, t, "", err
 	}
+	t.exact = exact
 	path := ""
 	if dir, err := cacheDir(); err == nil {
 		path = filepath.Join(dir, cacheKey(kernelSource, t, driverVersion, n.version))
@@ -284,7 +292,7 @@ func (n *nvrtcAPI) compile(source string, t target) ([]byte, error) {
 		return nil, fmt.Errorf("cuda: nvrtcCreateProgram: %s", n.nvrtcGetErrorString(r))
 	}
 	defer n.nvrtcDestroyProgram(&prog)
-	opts := append([]string{t.option()}, compileOptions()...)
+	opts := append([]string{t.option()}, compileOptions(t)...)
 	cstrs := make([][]byte, len(opts))
 	ptrs := make([]*byte, len(opts))
 	for i, o := range opts {

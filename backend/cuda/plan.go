@@ -277,6 +277,10 @@ type planOptions struct {
 	gemm bool // cuBLAS is loaded
 	sms  int  // multiprocessors, to size matrix-vector grids
 	mmq  bool // products by Q8_0 and Q4_0 weights in large batches go to mmq (mmqOn)
+	// exact: the kernels keep to the CPU backend's exact contract
+	// (WEFT_CUDA_EXACT=1): attention runs the one-block-a-head kernel,
+	// whose float64 merge takes twice the shared memory.
+	exact bool
 	// splitKeys is the cache positions per split of decode attention
 	// (0: attSplitKeys, below 0: no split kernel); tests set it low to
 	// split short caches.

@@ -212,6 +212,12 @@ func planAttention(p *backend.Program, pl *planned, st *planState, op *backend.O
 	}
 	dec := call{kernel: "attention", gridX: uint32(op.NHeads), gridY: gridAll, block: 32 * attentionWarps,
 		shared: uint32(4 * attentionWarps * (hd + 2)), args: append(append([]arg(nil), args...), q8, ds), which: metaRows}
+	if opt.exact {
+		// The only attention kernel kept to the exact contract; its
+		// partials are float64.
+		dec.shared *= 2
+		return []call{dec}, nil
+	}
 	split := planSplitAttention(p, pl, op, c.Capacity, opt, append(append([]arg(nil), args...), q8, ds))
 	for i := range split {
 		split[i].cond = small

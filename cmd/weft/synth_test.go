@@ -47,6 +47,9 @@ func TestCheckWithoutGPU(t *testing.T) {
 	if !strings.Contains(stderr, "no GPU to check against") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
+	if _, stderr, code := runWeft(t, "check", "--exact", "-m", filepath.Join("..", "..", "testdata", "models", "llama3-tiny")); code == 0 || !strings.Contains(stderr, "no GPU to check against") {
+		t.Errorf("--exact: exit %d, stderr %q", code, stderr)
+	}
 	for _, v := range []string{"0", "-1", "x", "+Inf"} {
 		if _, stderr, code := runWeft(t, "check", "-m", "any", "--max-kl", v); code != 2 || !strings.Contains(stderr, "max-kl") {
 			t.Errorf("--max-kl %s: exit %d, stderr %q", v, code, stderr)
