@@ -269,7 +269,7 @@ func TestDescribeConverted(t *testing.T) {
 		{short, "", `tensor "Q3_K-matrix": 100 bytes`}, {badScales, "", `tensor "MLX_Q8-matrix"`},
 	} {
 		w := &b.p.Weights[tc.w]
-		m, err := describe(w)
+		m, err := describe(w, false)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: %v, want an error containing %q", w.Name, err, tc.err)
@@ -532,7 +532,7 @@ func TestWeightBytes(t *testing.T) {
 	b := newProg(t, 1, 4, 1, 8, 8)
 	for _, typ := range []string{"Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q5_1", "BF16"} {
 		w := &b.p.Weights[b.mat(typ, 6, 64, 1)]
-		m, err := describe(w)
+		m, err := describe(w, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -201,8 +201,9 @@ func cacheKernel(name string, c backend.Cache) string {
 	return name
 }
 
-// describe checks a program weight and says how it is stored.
-func describe(w *backend.Weight) (matInfo, error) {
+// describe checks a program weight and says how it is stored (for the
+// exact contract when exact is set: describeConverted).
+func describe(w *backend.Weight, exact bool) (matInfo, error) {
 	if w.F32 != nil {
 		return matInfo{name: w.Name, rows: 1, cols: len(w.F32), ggufRow: 4 * len(w.F32), rowBytes: 4 * len(w.F32), typ: "F32", vector: true}, nil
 	}
@@ -211,7 +212,7 @@ func describe(w *backend.Weight) (matInfo, error) {
 		return matInfo{}, fmt.Errorf("weight %q has neither a tensor nor float32 values", w.Name)
 	}
 	if _, ok := weightTypes[t.Type]; !ok || !t.HasGGML || t.MLX != nil {
-		return describeConverted(w)
+		return describeConverted(w, exact)
 	}
 	m := matInfo{name: w.Name, rows: int(t.Rows()), cols: int(t.Cols()), typ: t.Type}
 	for _, d := range t.Shape[:max(0, len(t.Shape)-2)] {
@@ -380,7 +381,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	}
 	pl := &planned{mats: make([]matInfo, len(p.Weights))}
 	for i := range p.Weights {
-		m, err := describe(&p.Weights[i])
+		m, err := describe(&p.Weights[i], opt.exact)
 		if err != nil {
 			return nil, fmt.Errorf("cuda: %w", err)
 		}
