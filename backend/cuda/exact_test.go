@@ -59,8 +59,8 @@ func TestPlanExact(t *testing.T) {
 // 1e-4 (the bound); the rows that are bit-identical are counted.
 // MLX fixtures run on F32 copies of their float32 dequantization (the
 // exact plan's choice), which the CPU also multiplies by float32
-// activations. Types the GPU converts to F16 (Q4_1, Q5_1, Q2_K, Q3_K,
-// IQ4_XS) are left out: the CPU multiplies them by int8 activations, the
+// activations. Types the GPU converts to F16 (Q2_K, Q3_K, IQ4_XS) are
+// left out: the CPU multiplies them by int8 activations, the
 // GPU by float ones, which no order of sums reconciles.
 func TestExactAgainstCPU(t *testing.T) {
 	gpu, err := NewExact(0)
@@ -86,7 +86,7 @@ func TestExactAgainstCPU(t *testing.T) {
 		}
 		defer f.Close()
 		paths = append(paths, src)
-		for _, typ := range []ggml.Type{ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.IQ4_NL} {
+		for _, typ := range []ggml.Type{ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.IQ4_NL, ggml.Q4_1, ggml.Q5_1} {
 			paths = append(paths, storiesAs(t, f, typ))
 		}
 	} else {

@@ -23,6 +23,9 @@ func WeightBytes(t *weights.Tensor) int64 {
 	if q8Exact[t.Type] && t.Cols()%32 == 0 && t.MLX == nil {
 		return t.Rows() * t.Cols() / 32 * q8Block
 	}
+	if q8Affine[t.Type] && t.Cols()%32 == 0 && t.MLX == nil {
+		return t.Rows() * t.Cols() / 32 * q8aBlock // the device layout: 32 levels and 4 bytes of d, m
+	}
 	return t.Rows() * t.Cols() * 2
 }
 

@@ -56,9 +56,11 @@ func TestKQuantMatVec(t *testing.T) {
 // kquantCases are op cases for the K-quants, the types converted on
 // upload and MLX weights, against the CPU backend. K-quant products agree
 // to float32 rounding on the matrix-vector path (both backends quantize
-// activations as Q8_K) and to f16 rounding on cuBLAS; converted types
-// multiply float32 activations by f16 weights where the CPU quantizes the
-// activations to int8 (except MLX), so they agree to about 1 %.
+// activations as Q8_K) and to f16 rounding on cuBLAS; Q5_0 (as Q8_0) and
+// Q4_1, Q5_1 (as Q8_A) take int8 activations on both; the other converted
+// types multiply float32 activations by f16 weights where the CPU
+// quantizes the activations to int8 (except MLX), so they agree to about
+// 1 %.
 func kquantCases() []opCase {
 	var cases []opCase
 	matmul := func(name string, maxRows, k, out int, tol float64, w func(b *progBuilder, n, k int) backend.WeightID, bias bool) opCase {
@@ -109,7 +111,7 @@ func kquantCases() []opCase {
 		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8k/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: 3e-3,
 			build: func(b *progBuilder, out backend.BufID) { kChain(b, out, 40) }})
 	}
-	for _, typ := range []string{"Q5_0", "Q4_1", "Q2_K", "Q3_K", "IQ4_XS"} {
+	for _, typ := range []string{"Q5_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "IQ4_XS"} {
 		cases = append(cases,
 			opCase{name: "embed/" + typ, maxRows: 5, slots: 1, context: 64, vocab: 256, tol: 1e-3,
 				build: func(b *progBuilder, out backend.BufID) {

@@ -246,7 +246,8 @@ func (b *progBuilder) mlxMat(bits, group, rows, cols int, scale float32) backend
 }
 
 // TestDescribeConverted checks how weights without kernels of their own
-// are stored: F16 (Q8_0 for q8Exact types), F32 when a value overflows
+// are stored: F16 (Q8_0 for q8Exact types, Q8_A for q8Affine ones), F32
+// when a value overflows
 // f16, errors naming the tensor for bad data, and that chunked conversion
 // matches quant's.
 func TestDescribeConverted(t *testing.T) {
@@ -265,7 +266,7 @@ func TestDescribeConverted(t *testing.T) {
 		w        backend.WeightID
 		typ, err string
 	}{
-		{q50, "Q8_0", ""}, {iqnl, "Q8_0", ""}, {q51, "F16", ""}, {big, "F32", ""}, {iq, "F16", ""}, {mlx, "F16", ""},
+		{q50, "Q8_0", ""}, {iqnl, "Q8_0", ""}, {q51, "Q8_A", ""}, {big, "F32", ""}, {iq, "F16", ""}, {mlx, "F16", ""},
 		{short, "", `tensor "Q3_K-matrix": 100 bytes`}, {badScales, "", `tensor "MLX_Q8-matrix"`},
 	} {
 		w := &b.p.Weights[tc.w]
@@ -285,6 +286,8 @@ func TestDescribeConverted(t *testing.T) {
 			size, stored = 4, 4*m.cols
 		case "Q8_0":
 			size, stored = 1, m.cols/32*q8Block
+		case "Q8_A":
+			size, stored = 1, m.cols/32*q8aBlock
 		}
 		if m.typ != tc.typ || m.src != w.Tensor.Type || m.rowBytes != size*m.cols || m.ggufRow != stored || m.dOff != int64(m.rows*m.rowBytes) {
 			t.Errorf("%s: %+v, want %s rows of %d bytes", w.Name, m, tc.typ, size*m.cols)
@@ -369,6 +372,57 @@ func TestLevelsToQ8(t *testing.T) {
 	binary.LittleEndian.PutUint16(q51[2:], quant.F32ToF16(0.3)) // the first block's minimum
 	if err := levelsToQ8(ggml.Q5_1, q51, make([]byte, len(x)/32*q8Block), &scratch, &levels); err == nil {
 		t.Error("Q5_1 blocks with a fractional minimum converted to Q8_0")
+	}
+}
+
+// TestLevelsToQ8A checks that Q4_1 and Q5_1 rows written as staged Q8_A
+// blocks hold d and m as stored and levels that give back every value as
+// package quant computes it (float32(d·q) + m), and that bad input is
+// refused.
+func TestLevelsToQ8A(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	x := make([]float32, 32*40)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())*float32(1+i%5) + float32(i%3)
+	}
+	for i := 64; i < 96; i++ {
+		x[i] = 0 // a block of zeros
+	}
+	var scratch []byte
+	var levels []float32
+	for _, typ := range []ggml.Type{ggml.Q4_1, ggml.Q5_1} {
+		bs := int(typ.BlockBytes())
+		src := make([]byte, len(x)/32*bs)
+		if err := quant.Quantize(typ, x, src); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, len(x)/32*q8aBlock)
+		if err := levelsToQ8A(typ, src, dst, &scratch, &levels); err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		want := make([]float32, len(x))
+		if err := quant.Dequantize(typ, src, want); err != nil {
+			t.Fatal(err)
+		}
+		for b := range len(x) / 32 {
+			blk := dst[b*q8aBlock:]
+			if !slices.Equal(blk[:4], src[b*bs:b*bs+4]) {
+				t.Fatalf("%s block %d: d, m %x, stored %x", typ, b, blk[:4], src[b*bs:b*bs+4])
+			}
+			d, m := quant.F16ToF32(binary.LittleEndian.Uint16(blk)), quant.F16ToF32(binary.LittleEndian.Uint16(blk[2:]))
+			for i := range 32 {
+				q := int8(blk[4+i])
+				if got := float32(d*float32(q)) + m; math.Float32bits(got) != math.Float32bits(want[32*b+i]) || q < 0 || q > 31 {
+					t.Fatalf("%s element %d: level %d gives %g, stored %g", typ, 32*b+i, q, got, want[32*b+i])
+				}
+			}
+		}
+		if err := levelsToQ8A(typ, src[1:], dst, &scratch, &levels); err == nil {
+			t.Errorf("%s: a partial block converted", typ)
+		}
+	}
+	if err := levelsToQ8A(ggml.Q4_1, make([]byte, 20), make([]byte, 2*q8aBlock), &scratch, &levels); err == nil {
+		t.Error("one block converted into room for two")
 	}
 }
 

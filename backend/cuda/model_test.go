@@ -453,9 +453,9 @@ func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 //     (3e-3 seen).
 //   - Q5_0 and IQ4_NL are stored as Q8_0 on the GPU without loss
 //     (convert.go's q8Exact), so they take Q8_0's limits.
-//   - Q5_1, Q4_1 run as F16 weights on the GPU, with float activations
-//     where the CPU rounds them to int8: 1e-2 (8.1e-3 seen, the CPU's own
-//     int8 rounding).
+//   - Q5_1, Q4_1 are stored as Q8_A on the GPU without loss (convert.go's
+//     q8Affine) and take int8 activations as on the CPU: 1e-2 (as F16
+//     weights on float activations they reached 8.1e-3).
 func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 	src := sharedFile(t, "gguf-stories260K/stories260K.gguf")
 	gpu := newGPU(t)

@@ -58,6 +58,7 @@ var oneRowTypes = map[string]struct {
 	"bf16": {func(k int) int { return k / 8 }, false, false},
 	"q8_0": {func(k int) int { return k / 16 }, true, false},
 	"q4_0": {func(k int) int { return k / 32 }, true, false},
+	"q8_a": {func(k int) int { return k / 16 }, true, false},
 	"q4_k": {func(k int) int { return k / 32 }, true, true},
 	"q5_k": {func(k int) int { return k / 32 }, true, true},
 	"q6_k": {func(k int) int { return k / 32 }, true, true},

@@ -28,6 +28,9 @@ import (
 var weightTypes = map[string]string{
 	"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0",
 	"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k",
+	// Q4_1 and Q5_1 as stored on the device (convert.go's q8Affine);
+	// no GGUF type has this name, so no tensor reaches it directly.
+	"Q8_A": "q8_a",
 }
 
 // argKind says how a launch argument is resolved.
@@ -190,7 +193,7 @@ type matInfo struct {
 	vector     bool   // an engine-prepared float32 vector (Weight.F32)
 }
 
-func (m *matInfo) quantized() bool { return m.typ == "Q8_0" || m.typ == "Q4_0" }
+func (m *matInfo) quantized() bool { return m.typ == "Q8_0" || m.typ == "Q4_0" || m.typ == "Q8_A" }
 
 // cacheKernel is the kernel named name for cache c: the kernels that read
 // or write a cache come for float32 caches and, named name_h, for f16.
