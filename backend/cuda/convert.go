@@ -22,7 +22,7 @@ import (
 // the decode matrix-vector product, the embedding and cuBLAS in prefill.
 // A tensor with a value outside f16's range is stored as F32 instead.
 // The types of q8Exact are stored as Q8_0 instead, those of q8Affine as
-// Q8_A, without loss.
+// Q8_A, and Q3_K as Q6_K, without loss.
 // Conversion goes a chunk of rows at a time, so host memory stays at a few
 // MiB whatever the tensor's size.
 
@@ -297,6 +297,11 @@ func describeConverted(w *backend.Weight, exact bool) (matInfo, error) {
 		m.typ, m.rowBytes, m.ggufRow = "Q8_0", c.cols, c.cols/32*q8Block
 	case q8Affine[w.Tensor.Type] && c.mlx == nil && c.cols%32 == 0:
 		m.typ, m.rowBytes, m.ggufRow = "Q8_A", c.cols, c.cols/32*q8aBlock
+	case w.Tensor.Type == "Q3_K" && c.mlx == nil && c.cols%256 == 0:
+		// Rewritten as Q6_K without loss (quant.Q3KToQ6K) as it is
+		// uploaded: the Q6_K kernels, int8 activations as on the CPU.
+		k := kLayouts["Q6_K"]
+		m.typ, m.rowBytes, m.ggufRow = "Q6_K", c.cols/256*k.quants, c.cols/256*k.block
 	}
 	m.dOff = int64(m.rows) * int64(m.rowBytes)
 	return m, nil

@@ -59,8 +59,8 @@ func TestPlanExact(t *testing.T) {
 // 1e-4 (the bound); the rows that are bit-identical are counted.
 // MLX fixtures run on F32 copies of their float32 dequantization (the
 // exact plan's choice), which the CPU also multiplies by float32
-// activations. Types the GPU converts to F16 (Q2_K, Q3_K, IQ4_XS) are
-// left out: the CPU multiplies them by int8 activations, the
+// activations. Types the GPU converts to F16 (Q2_K, IQ4_XS) are left
+// out: the CPU multiplies them by int8 activations, the
 // GPU by float ones, which no order of sums reconciles.
 func TestExactAgainstCPU(t *testing.T) {
 	gpu, err := NewExact(0)
@@ -93,6 +93,17 @@ func TestExactAgainstCPU(t *testing.T) {
 		t.Log("stories260K not found (../shared/testdata): the fixtures only")
 	}
 	paths = append(paths, modelPaths(t)...)
+	// Types whose blocks stories260K's 64-wide rows cannot hold (Q3_K,
+	// rewritten as Q6_K on the GPU) or that no fixture is stored in:
+	// llama-256-Q4_K requantized.
+	if f, err := gguf.OpenFile(filepath.Join("..", "..", "testdata", "models", "quant", "llama-256-Q4_K.gguf"), gguf.Options{}); err == nil {
+		defer f.Close()
+		for _, typ := range []ggml.Type{ggml.Q3_K, ggml.Q4_1, ggml.Q5_1} {
+			paths = append(paths, requantized(t, f, typ, "llama-256", true))
+		}
+	} else {
+		t.Fatal(err)
+	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			wp, err := weights.Open(path, weights.Options{})

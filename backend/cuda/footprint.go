@@ -26,6 +26,9 @@ func WeightBytes(t *weights.Tensor) int64 {
 	if q8Affine[t.Type] && t.Cols()%32 == 0 && t.MLX == nil {
 		return t.Rows() * t.Cols() / 32 * q8aBlock // the device layout: 32 levels and 4 bytes of d, m
 	}
+	if t.Type == "Q3_K" && t.Cols()%256 == 0 && t.MLX == nil {
+		return t.Rows() * t.Cols() / 256 * int64(kLayouts["Q6_K"].block) // as Q6_K
+	}
 	return t.Rows() * t.Cols() * 2
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/quant"
 )
 
 // K-quant weights (Q4_K, Q5_K, Q6_K: the types of Q4_K_M, Q5_K_M and Q6_K
@@ -84,12 +85,24 @@ func (e *exec) uploadK(ptr uint64, w *backend.Weight, m *matInfo, k *kLayout, ho
 	step := max(1, convertChunk/m.cols)
 	heads := uint64(m.dOff)
 	ds := heads + uint64(m.rows)*uint64(nsb)*16
+	var q6 []byte // a Q3_K weight's rows rewritten as Q6_K (describeConverted)
 	for r0 := 0; r0 < m.rows; r0 += step {
 		r1 := min(m.rows, r0+step)
 		n := (r1 - r0) * nsb
 		b := grow(host, n*(k.quants+16+2))
 		q, h, d := b[:n*k.quants], b[n*k.quants:n*(k.quants+16)], b[n*(k.quants+16):]
-		k.layOut(w.Data.Bytes, nsb, r0, r1, q, h, d)
+		src, rows := w.Data.Bytes, [2]int{r0, r1}
+		if m.src == "Q3_K" {
+			if len(src) != m.rows*nsb*110 {
+				return fmt.Errorf("cuda: %s: %d bytes, want %d for Q3_K", what, len(src), m.rows*nsb*110)
+			}
+			src = grow(&q6, n*k.block)
+			if err := quant.Q3KToQ6K(w.Data.Bytes[r0*nsb*110:r1*nsb*110], src); err != nil {
+				return fmt.Errorf("cuda: %s: %w", what, err)
+			}
+			rows = [2]int{0, r1 - r0}
+		}
+		k.layOut(src, nsb, rows[0], rows[1], q, h, d)
 		first := uint64(r0) * uint64(nsb)
 		if err := e.copyIn(ptr+first*uint64(k.quants), q, what); err != nil {
 			return err

@@ -246,8 +246,8 @@ func (b *progBuilder) mlxMat(bits, group, rows, cols int, scale float32) backend
 }
 
 // TestDescribeConverted checks how weights without kernels of their own
-// are stored: F16 (Q8_0 for q8Exact types, Q8_A for q8Affine ones), F32
-// when a value overflows
+// are stored: F16 (Q8_0 for q8Exact types, Q8_A for q8Affine ones, Q6_K
+// for Q3_K), F32 when a value overflows
 // f16, errors naming the tensor for bad data, and that chunked conversion
 // matches quant's.
 func TestDescribeConverted(t *testing.T) {
@@ -257,6 +257,7 @@ func TestDescribeConverted(t *testing.T) {
 	q51 := b.mat("Q5_1", 3, 64, 1)
 	big := b.mat("Q5_0", 3, 64, 1e5)
 	iq := b.mat("IQ4_XS", 3, 256, 1)
+	q3k := b.mat("Q3_K", 3, 512, 1)
 	mlx := b.mlxMat(4, 32, 5, 64, 1)
 	short := b.mat("Q3_K", 2, 256, 1)
 	b.p.Weights[short].Data.Bytes = b.p.Weights[short].Data.Bytes[:100]
@@ -266,7 +267,7 @@ func TestDescribeConverted(t *testing.T) {
 		w        backend.WeightID
 		typ, err string
 	}{
-		{q50, "Q8_0", ""}, {iqnl, "Q8_0", ""}, {q51, "Q8_A", ""}, {big, "F32", ""}, {iq, "F16", ""}, {mlx, "F16", ""},
+		{q50, "Q8_0", ""}, {iqnl, "Q8_0", ""}, {q51, "Q8_A", ""}, {big, "F32", ""}, {iq, "F16", ""}, {q3k, "Q6_K", ""}, {mlx, "F16", ""},
 		{short, "", `tensor "Q3_K-matrix": 100 bytes`}, {badScales, "", `tensor "MLX_Q8-matrix"`},
 	} {
 		w := &b.p.Weights[tc.w]
@@ -288,8 +289,14 @@ func TestDescribeConverted(t *testing.T) {
 			size, stored = 1, m.cols/32*q8Block
 		case "Q8_A":
 			size, stored = 1, m.cols/32*q8aBlock
+		case "Q6_K":
+			stored = m.cols / 256 * 210
 		}
-		if m.typ != tc.typ || m.src != w.Tensor.Type || m.rowBytes != size*m.cols || m.ggufRow != stored || m.dOff != int64(m.rows*m.rowBytes) {
+		rowBytes := size * m.cols
+		if tc.typ == "Q6_K" {
+			rowBytes = m.cols / 256 * 192
+		}
+		if m.typ != tc.typ || m.src != w.Tensor.Type || m.rowBytes != rowBytes || m.ggufRow != stored || m.dOff != int64(m.rows*m.rowBytes) {
 			t.Errorf("%s: %+v, want %s rows of %d bytes", w.Name, m, tc.typ, size*m.cols)
 		}
 		c, err := newConverter(w)
@@ -593,5 +600,13 @@ func TestWeightBytes(t *testing.T) {
 		if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want {
 			t.Errorf("%s: estimated %d bytes, the upload takes %d", typ, got, want)
 		}
+	}
+	w := &b.p.Weights[b.mat("Q3_K", 6, 512, 1)] // as Q6_K
+	m, err := describe(w, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want || m.typ != "Q6_K" {
+		t.Errorf("Q3_K: estimated %d bytes, the upload takes %d as %s", got, want, m.typ)
 	}
 }

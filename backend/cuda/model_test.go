@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
 	"math"
@@ -379,6 +378,15 @@ func TestStoriesGreedy(t *testing.T) {
 // temporary GGUF and returns its path.
 func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 	t.Helper()
+	return requantized(t, f, typ, "stories260K", false)
+}
+
+// requantized writes f with its 2-D tensors whose rows are whole blocks of
+// typ quantized to typ from their float32 values (F32 ones only, unless
+// requant: then every type, dequantized first) into a temporary GGUF
+// named for base and typ, and returns its path.
+func requantized(t *testing.T, f *gguf.File, typ ggml.Type, base string, requant bool) string {
+	t.Helper()
 	gw := gguf.NewWriter()
 	for _, kv := range f.KVs {
 		gw.SetKV(kv.Key, kv.Value)
@@ -390,15 +398,15 @@ func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ti.Dims) != 2 || ti.Type != ggml.F32 || ti.Dims[0]%uint64(typ.BlockSize()) != 0 {
+		if len(ti.Dims) != 2 || (ti.Type != ggml.F32 && !requant) || ti.Dims[0]%uint64(typ.BlockSize()) != 0 {
 			if err := gw.AddTensor(ti.Name, ti.Type, ti.Dims, data); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		vals := make([]float32, len(data)/4)
-		for j := range vals {
-			vals[j] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*j:]))
+		vals := make([]float32, ti.Dims[0]*ti.Dims[1])
+		if err := quant.Dequantize(ti.Type, data, vals); err != nil {
+			t.Fatalf("%s: %v", ti.Name, err)
 		}
 		rb, err := typ.RowBytes(ti.Dims[0])
 		if err != nil {
@@ -416,7 +424,7 @@ func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 	if quantized == 0 {
 		t.Fatal("no tensor quantized")
 	}
-	path := filepath.Join(t.TempDir(), "stories260K-"+typ.String()+".gguf")
+	path := filepath.Join(t.TempDir(), base+"-"+typ.String()+".gguf")
 	w, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
