@@ -17,6 +17,9 @@ func WeightBytes(t *weights.Tensor) int64 {
 	if len(t.Shape) < 2 {
 		return t.Cols() * 4 // vectors arrive as float32
 	}
+	if k := kLayouts[t.Type]; k != nil && t.Cols()%256 == 0 {
+		return t.Rows() * t.Cols() / 256 * int64(k.deviceBlock()) // Q2_K's levels grow to nibbles
+	}
 	if _, native := weightTypes[t.Type]; native {
 		return int64(t.Bytes)
 	}

@@ -32,14 +32,40 @@ type kLayout struct {
 	block  int // bytes of a GGUF super-block
 	quants int // of them, quants (they start the block but for Q4_K and Q5_K's 16-byte header)
 	head   int // where the 16-byte header starts in the block
-	hasD   bool
+	dBytes int // bytes of scales kept in an array of their own: Q6_K's d (2), Q2_K's d and dmin (4)
+	// repack, where set, writes a block's three parts itself (Q2_K's
+	// levels go to nibbles).
+	repack func(blk, quants, head, d []byte)
 }
 
 var kLayouts = map[string]*kLayout{
 	"Q4_K": {block: 144, quants: 128, head: 0},
 	"Q5_K": {block: 176, quants: 160, head: 0},
-	"Q6_K": {block: 210, quants: 192, head: 192, hasD: true},
+	"Q6_K": {block: 210, quants: 192, head: 192, dBytes: 2},
+	// Q2_K (scales[16] | qs[64] | d | dmin): its 2-bit levels as nibbles
+	// in Q4_K's order (byte 32p + l: elements 64p + l and 64p + 32 + l),
+	// so the decode product runs Q4_K's chunk loop with Q2_K's scales and
+	// mins a 16 elements; the 16 scale bytes are the header, d and dmin
+	// a u32 after the headers. 148 bytes a super-block on the device
+	// (84 in the file): 0.58 bytes an element, against F16's 2.
+	"Q2_K": {block: 84, quants: 128, dBytes: 4, repack: repackQ2K},
 }
+
+// repackQ2K writes a Q2_K super-block's levels as nibbles (kLayouts).
+func repackQ2K(blk, quants, head, d []byte) {
+	qs := blk[16:80]
+	level := func(e int) byte { return qs[32*(e/128)+e%32] >> (2 * ((e % 128) / 32)) & 3 }
+	for p := range 4 {
+		for l := range 32 {
+			quants[32*p+l] = level(64*p+l) | level(64*p+32+l)<<4
+		}
+	}
+	copy(head, blk[:16])
+	copy(d, blk[80:84])
+}
+
+// deviceBlock is the bytes a super-block takes on the device.
+func (k *kLayout) deviceBlock() int { return k.quants + 16 + k.dBytes }
 
 // kquantKernels are the kernels of matvec_k.cu besides the per-type
 // embed_, matvec_ and deq_f16_ ones that weightTypes names.
@@ -51,7 +77,11 @@ const q8kRecBytes = 36
 
 // split writes super-block blk's quants, header and (Q6_K) f16 scale.
 func (k *kLayout) split(blk, quants, head, d []byte) {
-	if k.hasD {
+	if k.repack != nil {
+		k.repack(blk, quants, head, d)
+		return
+	}
+	if k.dBytes != 0 {
 		copy(quants, blk[:k.quants])
 		copy(head, blk[k.head:k.head+16])
 		copy(d, blk[k.head+16:k.head+18])
@@ -68,10 +98,7 @@ func (k *kLayout) layOut(src []byte, nsb, r0, r1 int, quants, heads, ds []byte) 
 		for s := range nsb {
 			b := (r-r0)*nsb + s
 			blk := src[(r*nsb+s)*k.block:]
-			var d []byte
-			if k.hasD {
-				d = ds[2*b : 2*b+2]
-			}
+			d := ds[k.dBytes*b : k.dBytes*(b+1)]
 			k.split(blk, quants[b*k.quants:(b+1)*k.quants], heads[16*b:16*b+16], d)
 		}
 	}
@@ -89,7 +116,7 @@ func (e *exec) uploadK(ptr uint64, w *backend.Weight, m *matInfo, k *kLayout, ho
 	for r0 := 0; r0 < m.rows; r0 += step {
 		r1 := min(m.rows, r0+step)
 		n := (r1 - r0) * nsb
-		b := grow(host, n*(k.quants+16+2))
+		b := grow(host, n*k.deviceBlock())
 		q, h, d := b[:n*k.quants], b[n*k.quants:n*(k.quants+16)], b[n*(k.quants+16):]
 		src, rows := w.Data.Bytes, [2]int{r0, r1}
 		if m.src == "Q3_K" {
@@ -110,8 +137,8 @@ func (e *exec) uploadK(ptr uint64, w *backend.Weight, m *matInfo, k *kLayout, ho
 		if err := e.copyIn(ptr+heads+16*first, h, what); err != nil {
 			return err
 		}
-		if k.hasD {
-			if err := e.copyIn(ptr+ds+2*first, d, what); err != nil {
+		if k.dBytes != 0 {
+			if err := e.copyIn(ptr+ds+uint64(k.dBytes)*first, d, what); err != nil {
 				return err
 			}
 		}

@@ -48,12 +48,9 @@ func kDevice(t *testing.T, typ string, data []byte, rows, cols int) []byte {
 	k := kLayouts[typ]
 	nsb := cols / 256
 	n := rows * nsb
-	dev := make([]byte, n*(k.quants+16+2))
+	dev := make([]byte, n*k.deviceBlock())
 	k.layOut(data, nsb, 0, rows, dev[:n*k.quants], dev[n*k.quants:n*(k.quants+16)], dev[n*(k.quants+16):])
-	if !k.hasD {
-		dev = dev[:n*(k.quants+16)]
-	}
-	if len(dev) != len(data) {
+	if len(dev) != len(data) && k.repack == nil {
 		t.Fatalf("%s: device layout of %d bytes for %d in the file", typ, len(dev), len(data))
 	}
 	return dev
@@ -70,8 +67,9 @@ func kScaleMin(h []byte, j int) (sc, m int) {
 	return int(s[j+4]&15 | (s[j-4]>>6)<<4), int(s[j+4]>>4 | (s[j]>>6)<<4)
 }
 
-// kParts returns row r's super-block sb parts in the device layout.
-func kParts(typ string, dev []byte, rows, cols, r, sb int) (q, h []byte, d float32) {
+// kParts returns row r's super-block sb parts in the device layout: its
+// quants, header and the scales kept apart (Q6_K's d; Q2_K's d, dmin).
+func kParts(typ string, dev []byte, rows, cols, r, sb int) (q, h []byte, d, dmin float32) {
 	k := kLayouts[typ]
 	nsb := cols / 256
 	rowBytes := nsb * k.quants
@@ -79,10 +77,14 @@ func kParts(typ string, dev []byte, rows, cols, r, sb int) (q, h []byte, d float
 	dOff := rows * rowBytes
 	blk := r*nsb + sb
 	h = dev[dOff+16*blk:][:16]
-	if k.hasD {
-		d = f16le(dev[dOff+rows*nsb*16+2*blk:])
+	if k.dBytes != 0 {
+		at := dev[dOff+rows*nsb*16+k.dBytes*blk:]
+		d = f16le(at)
+		if k.dBytes == 4 {
+			dmin = f16le(at[2:])
+		}
 	}
-	return q, h, d
+	return q, h, d, dmin
 }
 
 // kLevels mirrors kq_chunk: chunk c's 16 low and 16 high levels and the
@@ -123,7 +125,7 @@ func kLevels(typ string, c int, q []byte) (lo, hi [16]int32, elo, ehi int) {
 func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums [][16]int32) float64 {
 	var acc float64
 	for sb := range cols / 256 {
-		qb, h, d6 := kParts(typ, dev, rows, cols, r, sb)
+		qb, h, d6, dmin := kParts(typ, dev, rows, cols, r, sb)
 		for c := range 8 {
 			lo, hi, elo, ehi := kLevels(typ, c, qb)
 			var dl, dh int32
@@ -138,6 +140,11 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 				acc += float64(float32(sclo*(dl-32*slo)+schi*(dh-32*shi)) * (d6 * da))
 				continue
 			}
+			if typ == "Q2_K" {
+				sclo, mlo, schi, mhi := int32(h[elo/16]&15), int32(h[elo/16]>>4), int32(h[ehi/16]&15), int32(h[ehi/16]>>4)
+				acc += float64(float32(sclo*dl+schi*dh)*(d6*da) - float32(mlo*slo+mhi*shi)*(dmin*da))
+				continue
+			}
 			sclo, mlo := kScaleMin(h, 2*(c>>1))
 			schi, mhi := kScaleMin(h, 2*(c>>1)+1)
 			acc += float64(float32(int32(sclo)*dl+int32(schi)*dh)*(f16le(h)*da) - float32(int32(mlo)*slo+int32(mhi)*shi)*(f16le(h[2:])*da))
@@ -149,7 +156,13 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 // kDeq mirrors deqk: element i of row r.
 func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 	sb, e := i/256, i%256
-	q, h, d6 := kParts(typ, dev, rows, cols, r, sb)
+	q, h, d6, dmin := kParts(typ, dev, rows, cols, r, sb)
+	if typ == "Q2_K" {
+		s := e >> 4
+		v := q[32*(e>>6)+e&31] >> (4 * (e >> 5 & 1)) & 15
+		dl, ml := d6*float32(h[s]&15), dmin*float32(h[s]>>4)
+		return float32(dl*float32(v)) - ml
+	}
 	if typ == "Q6_K" {
 		hh, k, l := e>>7, e>>5&3, e&31
 		b := q[64*hh+32*(k&1)+l]
@@ -179,7 +192,7 @@ func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 func TestKLayout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const rows, cols = 5, 768
-	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K"} {
 		t.Run(typ, func(t *testing.T) {
 			gt, _ := ggml.ParseType(typ)
 			vals := make([]float32, rows*cols)

@@ -62,6 +62,7 @@ var oneRowTypes = map[string]struct {
 	"q4_k": {func(k int) int { return k / 32 }, true, true},
 	"q5_k": {func(k int) int { return k / 32 }, true, true},
 	"q6_k": {func(k int) int { return k / 32 }, true, true},
+	"q2_k": {func(k int) int { return k / 32 }, true, true},
 }
 
 // oneRowQuantGrid bounds the grid of a quantized type's one-row product
