@@ -275,8 +275,10 @@ func (c *converter) fitsF16() (bool, error) {
 
 // describeConverted describes a weight that is converted on upload: F16,
 // or F32 where its values overflow f16. Under the exact contract (exact)
-// MLX weights are stored as F32: the CPU multiplies their float32
-// dequantization by float32 activations, which an F16 copy would round.
+// the types whose products take float32 activations
+// (backend.Int8Activations: MLX, the IQ1-IQ3, ternary and MXFP4 types)
+// are stored as F32: the CPU multiplies their float32 dequantization by
+// float32 activations, which an F16 copy would round.
 func describeConverted(w *backend.Weight, exact bool) (matInfo, error) {
 	c, err := newConverter(w)
 	if err != nil {
@@ -289,7 +291,7 @@ func describeConverted(w *backend.Weight, exact bool) (matInfo, error) {
 	m := matInfo{name: w.Name, rows: c.rows, cols: c.cols, typ: "F16", src: w.Tensor.Type, rowBytes: 2 * c.cols}
 	m.ggufRow = m.rowBytes
 	switch {
-	case !fits || (exact && c.mlx != nil):
+	case !fits || (exact && !backend.Int8Activations(w.Tensor.Type)):
 		// Values past f16's range, which cuBLAS's f16 operands (Q8_0 too)
 		// cannot hold.
 		m.typ, m.rowBytes, m.ggufRow = "F32", 4*c.cols, 4*c.cols
