@@ -49,6 +49,30 @@ var kLayouts = map[string]*kLayout{
 	// a u32 after the headers. 148 bytes a super-block on the device
 	// (84 in the file): 0.58 bytes an element, against F16's 2.
 	"Q2_K": {block: 84, quants: 128, dBytes: 4, repack: repackQ2K},
+	// IQ4_XS (d | scales_h | scales_l[4] | qs[128]): its 4-bit codebook
+	// indices in Q4_K's order, the header d and the 8 scales ls - 32 as
+	// int8; the kernel looks the levels up (iq4_map). 144 bytes a
+	// super-block (136 in the file).
+	"IQ4_XS": {block: 136, quants: 128, repack: repackIQ4XS},
+}
+
+// repackIQ4XS writes an IQ4_XS super-block's indices in Q4_K's order and
+// its header (kLayouts).
+func repackIQ4XS(blk, quants, head, _ []byte) {
+	qs := blk[8:136]
+	index := func(e int) byte { return qs[16*(e/32)+e%16] >> (4 * (e % 32 / 16)) & 15 }
+	for p := range 4 {
+		for l := range 32 {
+			quants[32*p+l] = index(64*p+l) | index(64*p+32+l)<<4
+		}
+	}
+	clear(head)
+	copy(head[:2], blk[:2])
+	sh := uint16(blk[2]) | uint16(blk[3])<<8
+	for ib := range 8 {
+		ls := int(blk[4+ib/2]>>(4*(ib%2))&15) | int(sh>>(2*ib)&3)<<4
+		head[2+ib] = byte(int8(ls - 32))
+	}
 }
 
 // repackQ2K writes a Q2_K super-block's levels as nibbles (kLayouts).

@@ -78,7 +78,7 @@ func kquantCases() []opCase {
 	ggmlMat := func(typ string) func(b *progBuilder, n, k int) backend.WeightID {
 		return func(b *progBuilder, n, k int) backend.WeightID { return b.mat(typ, n, k, 0.5) }
 	}
-	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K"} {
+	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS"} {
 		cases = append(cases,
 			opCase{name: "embed/" + typ, maxRows: 5, slots: 1, context: 64, vocab: 512, tol: 1e-7,
 				build: func(b *progBuilder, out backend.BufID) {
@@ -111,7 +111,7 @@ func kquantCases() []opCase {
 		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8k/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: 3e-3,
 			build: func(b *progBuilder, out backend.BufID) { kChain(b, out, 40) }})
 	}
-	for _, typ := range []string{"Q5_0", "Q4_1", "Q5_1", "Q3_K", "IQ4_XS"} {
+	for _, typ := range []string{"Q5_0", "Q4_1", "Q5_1", "Q3_K", "TQ2_0"} {
 		cases = append(cases,
 			opCase{name: "embed/" + typ, maxRows: 5, slots: 1, context: 64, vocab: 256, tol: 1e-3,
 				build: func(b *progBuilder, out backend.BufID) {

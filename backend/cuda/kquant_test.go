@@ -87,6 +87,9 @@ func kParts(typ string, dev []byte, rows, cols, r, sb int) (q, h []byte, d, dmin
 	return q, h, d, dmin
 }
 
+// iq4Levels is the IQ4_NL / IQ4_XS codebook (kernels' iq4_map).
+var iq4Levels = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
 // kLevels mirrors kq_chunk: chunk c's 16 low and 16 high levels and the
 // super-block offsets of their elements.
 func kLevels(typ string, c int, q []byte) (lo, hi [16]int32, elo, ehi int) {
@@ -110,6 +113,9 @@ func kLevels(typ string, c int, q []byte) (lo, hi [16]int32, elo, ehi int) {
 		}
 		for b := range 16 {
 			lo[b], hi[b] = int32(qs[b]&15), int32(qs[b]>>4)
+			if typ == "IQ4_XS" {
+				lo[b], hi[b] = int32(iq4Levels[lo[b]]), int32(iq4Levels[hi[b]])
+			}
 			if typ == "Q5_K" {
 				qh := q[16*(c&1)+b]
 				lo[b] |= int32(qh>>(2*p)&1) << 4
@@ -140,6 +146,11 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 				acc += float64(float32(sclo*(dl-32*slo)+schi*(dh-32*shi)) * (d6 * da))
 				continue
 			}
+			if typ == "IQ4_XS" {
+				sclo, schi := int32(int8(h[2+elo/32])), int32(int8(h[2+ehi/32]))
+				acc += float64(float32(sclo*dl+schi*dh) * (f16le(h) * da))
+				continue
+			}
 			if typ == "Q2_K" {
 				sclo, mlo, schi, mhi := int32(h[elo/16]&15), int32(h[elo/16]>>4), int32(h[ehi/16]&15), int32(h[ehi/16]>>4)
 				acc += float64(float32(sclo*dl+schi*dh)*(d6*da) - float32(mlo*slo+mhi*shi)*(dmin*da))
@@ -157,6 +168,10 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 	sb, e := i/256, i%256
 	q, h, d6, dmin := kParts(typ, dev, rows, cols, r, sb)
+	if typ == "IQ4_XS" {
+		v := q[32*(e>>6)+e&31] >> (4 * (e >> 5 & 1)) & 15
+		return f16le(h) * float32(int8(h[2+e>>5])) * float32(iq4Levels[v])
+	}
 	if typ == "Q2_K" {
 		s := e >> 4
 		v := q[32*(e>>6)+e&31] >> (4 * (e >> 5 & 1)) & 15
@@ -192,7 +207,7 @@ func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 func TestKLayout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const rows, cols = 5, 768
-	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K"} {
+	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS"} {
 		t.Run(typ, func(t *testing.T) {
 			gt, _ := ggml.ParseType(typ)
 			vals := make([]float32, rows*cols)
@@ -269,7 +284,7 @@ func TestDescribeConverted(t *testing.T) {
 	iqnl := b.mat("IQ4_NL", 5, 64, 1)
 	q51 := b.mat("Q5_1", 3, 64, 1)
 	big := b.mat("Q5_0", 3, 64, 1e5)
-	iq := b.mat("IQ4_XS", 3, 256, 1)
+	iq := b.mat("TQ2_0", 3, 256, 1)
 	q3k := b.mat("Q3_K", 3, 512, 1)
 	mlx := b.mlxMat(4, 32, 5, 64, 1)
 	short := b.mat("Q3_K", 2, 256, 1)
@@ -621,5 +636,36 @@ func TestWeightBytes(t *testing.T) {
 	}
 	if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want || m.typ != "Q6_K" {
 		t.Errorf("Q3_K: estimated %d bytes, the upload takes %d as %s", got, want, m.typ)
+	}
+}
+
+// TestIQ4Map checks matvec_k.cu's iq4_map, modelled here with
+// __byte_perm's documented selection, against the codebook: every index in
+// every byte.
+func TestIQ4Map(t *testing.T) {
+	bytePerm := func(x, y, s uint32) uint32 {
+		in := uint64(y)<<32 | uint64(x)
+		var r uint32
+		for n := range 4 {
+			sel := s >> (4 * n) & 7
+			r |= uint32(in>>(8*sel)&0xff) << (8 * n)
+		}
+		return r
+	}
+	iq4Map := func(v uint32) uint32 { // the kernel's steps
+		s := v&0x7 | v>>4&0x70 | v>>8&0x700 | v>>12&0x7000
+		lo := bytePerm(0xBFAD9881, 0xF6EADDCF, s)
+		hi := bytePerm(0x26190D01, 0x71594535, s)
+		m := (v >> 3 & 0x01010101) * 0xff
+		return lo&^m | hi&m
+	}
+	for a := range uint32(16) {
+		v := a | (15-a)<<8 | (a^5)<<16 | (a*7%16)<<24
+		got := iq4Map(v)
+		for n, idx := range []uint32{a, 15 - a, a ^ 5, a * 7 % 16} {
+			if l := int8(got >> (8 * n)); l != iq4Levels[idx] {
+				t.Fatalf("index %d in byte %d: level %d, want %d", idx, n, l, iq4Levels[idx])
+			}
+		}
 	}
 }

@@ -27,7 +27,7 @@ import (
 // their kernels.
 var weightTypes = map[string]string{
 	"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0",
-	"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q2_K": "q2_k",
+	"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q2_K": "q2_k", "IQ4_XS": "iq4_xs",
 	// Q4_1 and Q5_1 as stored on the device (convert.go's q8Affine);
 	// no GGUF type has this name, so no tensor reaches it directly.
 	"Q8_A": "q8_a",
