@@ -55,13 +55,12 @@ func TestPlanExact(t *testing.T) {
 // stories260K (a trained model 64 wide, where one int8 activation level
 // moved costs a KL of about 1e-3) as stored (F32), as F16 and BF16 and in
 // every legacy type the GPU computes with int8 activations; the
-// fixtures; llama-256 requantized to Q2_K, Q3_K, IQ4_XS, Q4_1, Q5_1 and
-// TQ2_0 (float activations on the CPU: F32 copies on the GPU). A
-// prefill in chunks of 16 (mmq for Q8_0 and Q4_0), then greedy decode
+// fixtures; llama-256 requantized to Q2_K, Q3_K, IQ4_XS, Q4_1 and Q5_1:
+// every type the CPU backend runs. A prefill in chunks of 16 (mmq for Q8_0 and Q4_0), then greedy decode
 // steps, every position held to KL 1e-4 (the bound); the rows
 // that are bit-identical are counted. MLX fixtures run on F32 copies of
 // their float32 dequantization (the exact plan's choice), which the CPU
-// also multiplies by float32 activations, as it does TQ2_0's.
+// also multiplies by float32 activations.
 func TestExactAgainstCPU(t *testing.T) {
 	gpu, err := NewExact(0)
 	if err != nil {
@@ -98,7 +97,7 @@ func TestExactAgainstCPU(t *testing.T) {
 	// llama-256-Q4_K requantized.
 	if f, err := gguf.OpenFile(filepath.Join("..", "..", "testdata", "models", "quant", "llama-256-Q4_K.gguf"), gguf.Options{}); err == nil {
 		defer f.Close()
-		for _, typ := range []ggml.Type{ggml.Q2_K, ggml.Q3_K, ggml.IQ4_XS, ggml.Q4_1, ggml.Q5_1, ggml.TQ2_0} {
+		for _, typ := range []ggml.Type{ggml.Q2_K, ggml.Q3_K, ggml.IQ4_XS, ggml.Q4_1, ggml.Q5_1} {
 			paths = append(paths, requantized(t, f, typ, "llama-256", true))
 		}
 	} else {
