@@ -2,6 +2,7 @@ package quant
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 )
 
@@ -267,6 +268,45 @@ func quantTQ2_0(src []float32, dst []byte) error {
 				dst[32*c+m] = q[e] | q[e+32]<<2 | q[e+64]<<4 | q[e+96]<<6
 			}
 		}
+	}
+	return nil
+}
+
+// Q3KToQ6K rewrites Q3_K super-blocks (src, 110 bytes each) as Q6_K ones
+// (dst, 210 bytes each) that dequantize to the same float32 values: Q3_K's
+// signed 6-bit scales become Q6_K's int8 ones, its levels q in [-4, 3]
+// Q6_K's q+32, and d is kept. Both dequantize as (d·sc)·q, so every value
+// is the same float32, and a product over int8 activations sums the same
+// integers (sc·Σq·a) for either. It fails on lengths that are not whole,
+// matching numbers of super-blocks.
+func Q3KToQ6K(src, dst []byte) error {
+	n := len(src) / 110
+	if len(src) != 110*n || len(dst) != 210*n {
+		return fmt.Errorf("quant: Q3_K to Q6_K: %d bytes of Q3_K (%d super-blocks) into %d of Q6_K", len(src), n, len(dst))
+	}
+	var sc [16]int8
+	var q [qkK]int
+	for b := range n {
+		s, o := src[110*b:110*b+110], dst[210*b:210*b+210]
+		hmask, qs := s[0:32], s[32:96]
+		unpackQ3Scales(s[96:108], &sc)
+		for e := range qkK {
+			h, j, l := e/128, (e%128)/32, e%32
+			q[e] = int(qs[32*h+l]>>(2*j)&3) - 4*int(^hmask[l]>>(e/32)&1) + 32
+		}
+		clear(o)
+		for h := range 2 {
+			ql, qh, v := o[64*h:64*h+64], o[128+32*h:128+32*h+32], q[128*h:128*h+128]
+			for l := range 32 {
+				ql[l] = byte(v[l]&0xf) | byte(v[l+64]&0xf)<<4
+				ql[l+32] = byte(v[l+32]&0xf) | byte(v[l+96]&0xf)<<4
+				qh[l] = byte(v[l]>>4) | byte(v[l+32]>>4)<<2 | byte(v[l+64]>>4)<<4 | byte(v[l+96]>>4)<<6
+			}
+		}
+		for i, v := range sc {
+			o[192+i] = byte(v)
+		}
+		copy(o[208:210], s[108:110])
 	}
 	return nil
 }

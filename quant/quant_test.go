@@ -308,3 +308,48 @@ func TestQuantizeDegenerateBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestQ3KToQ6K: Q3_K super-blocks rewritten as Q6_K dequantize to the same
+// float32 values bit for bit, including blocks of every level and scale
+// extreme, and bad lengths are refused.
+func TestQ3KToQ6K(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 6))
+	x := make([]float32, 256*20)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64()) * float32(1+i%9)
+	}
+	src := make([]byte, 20*110)
+	if err := Quantize(ggml.Q3_K, x, src); err != nil {
+		t.Fatal(err)
+	}
+	// Random bytes are valid Q3_K too (every level and scale pattern),
+	// with d kept finite.
+	for i := 110 * 15; i < len(src); i++ {
+		src[i] = byte(rng.Uint32())
+	}
+	for b := 15; b < 20; b++ {
+		binary.LittleEndian.PutUint16(src[110*b+108:], F32ToF16(float32(b)*0.01))
+	}
+	dst := make([]byte, 20*210)
+	if err := Q3KToQ6K(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	want, got := make([]float32, len(x)), make([]float32, len(x))
+	if err := Dequantize(ggml.Q3_K, src, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := Dequantize(ggml.Q6_K, dst, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("element %d: %g as Q6_K, %g as Q3_K", i, got[i], want[i])
+		}
+	}
+	if err := Q3KToQ6K(src[1:], dst); err == nil {
+		t.Error("a partial super-block converted")
+	}
+	if err := Q3KToQ6K(src, dst[210:]); err == nil {
+		t.Error("converted into too little room")
+	}
+}

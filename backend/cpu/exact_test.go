@@ -222,3 +222,30 @@ func TestExactAttentionSplits(t *testing.T) {
 		}
 	}
 }
+
+// TestInt8ActivationsContract: the weight types the CPU packs with int8
+// activations are exactly those backend.Int8Activations names, which the
+// other backends follow.
+func TestInt8ActivationsContract(t *testing.T) {
+	n := 0
+	for typ, f := range formats {
+		if f.family == famFloat {
+			if backend.Int8Activations(typ.String()) {
+				t.Errorf("%s: float activations here, int8 in the contract", typ)
+			}
+			continue
+		}
+		n++
+		if !backend.Int8Activations(typ.String()) {
+			t.Errorf("%s: int8 activations here, float in the contract", typ)
+		}
+	}
+	for _, typ := range []string{"IQ2_XXS", "IQ3_S", "TQ2_0", "MXFP4", "MLX_Q4", "F16"} {
+		if backend.Int8Activations(typ) {
+			t.Errorf("%s: in the contract's int8 types, but the CPU multiplies it by float activations", typ)
+		}
+	}
+	if n != 12 {
+		t.Errorf("%d packed quantized types, want the contract's 12", n)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/ggml"
 	"github.com/weftlm/weft/gguf"
+	"github.com/weftlm/weft/quant"
 	"github.com/weftlm/weft/synth"
 	"github.com/weftlm/weft/weights"
 )
@@ -208,7 +209,7 @@ func TestSynthBenchModels(t *testing.T) {
 func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type, name string) error {
 	qstd, ok := fastSynthLevels[typ]
 	if !ok {
-		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0, Q5_0, IQ4_NL or BF16", typ)
+		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 or BF16", typ)
 	}
 	if d.QKVBias || len(d.Required) == 0 {
 		return fmt.Errorf("fastSynth: architecture %s has biases or no layers", d.Name)
@@ -275,11 +276,17 @@ func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type,
 // square of their random levels: uniform over [-128, 127], [-8, 7] and
 // [-16, 15], or over IQ4_NL's 16 levels (1 for BF16, whose values are
 // random).
-var fastSynthLevels = map[ggml.Type]float64{ggml.Q8_0: 73.9, ggml.Q4_0: 4.61, ggml.Q5_0: 9.23, ggml.IQ4_NL: 67.4, ggml.BF16: 1}
+var fastSynthLevels = map[ggml.Type]float64{ggml.Q8_0: 73.9, ggml.Q4_0: 4.61, ggml.Q5_0: 9.23, ggml.IQ4_NL: 67.4, ggml.BF16: 1,
+	ggml.Q4_1: 4.61, ggml.Q5_1: 9.23}
+
+// fastSynthMean is the mean level of the affine types, whose minimum m is
+// set to −mean·d so that the weights are centred.
+var fastSynthMean = map[ggml.Type]float64{ggml.Q4_1: 7.5, ggml.Q5_1: 15.5}
 
 // fastFill writes n values of type t: F32 ones (norm gains), or blocks of
-// 32 with the f16 scale and random quant bytes (every byte pattern after
-// the scale is a valid block of these types).
+// 32 with the f16 scale (and for Q4_1 / Q5_1 the centring minimum) and
+// random quant bytes (every byte pattern after them is a valid block of
+// these types).
 func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) error {
 	if t == ggml.F32 {
 		b := make([]byte, 4*n)
@@ -313,14 +320,21 @@ func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) err
 	if err != nil {
 		return err
 	}
-	blockBytes := int(bb)
+	blockBytes, head := int(bb), 2
+	var minBits uint16
+	if mean, ok := fastSynthMean[t]; ok {
+		head, minBits = 4, quant.F32ToF16(-float32(mean)*quant.F16ToF32(scale))
+	}
 	buf := make([]byte, perWrite*blockBytes)
 	for done := 0; done < n/32; done += perWrite {
 		nb := min(perWrite, n/32-done)
 		for b := range nb {
 			blk := buf[b*blockBytes : (b+1)*blockBytes]
 			binary.LittleEndian.PutUint16(blk, scale)
-			for i := 2; i < blockBytes; i += 8 {
+			if head == 4 {
+				binary.LittleEndian.PutUint16(blk[2:], minBits)
+			}
+			for i := head; i < blockBytes; i += 8 {
 				var r [8]byte
 				binary.LittleEndian.PutUint64(r[:], rng.Uint64())
 				copy(blk[i:], r[:])

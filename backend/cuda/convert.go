@@ -21,7 +21,8 @@ import (
 // it is uploaded and stored as F16, so that it runs on the F16 kernels:
 // the decode matrix-vector product, the embedding and cuBLAS in prefill.
 // A tensor with a value outside f16's range is stored as F32 instead.
-// The types of q8Exact are stored as Q8_0 instead, without loss.
+// The types of q8Exact are stored as Q8_0 instead, those of q8Affine as
+// Q8_A, and Q3_K as Q6_K, without loss.
 // Conversion goes a chunk of rows at a time, so host memory stays at a few
 // MiB whatever the tensor's size.
 
@@ -35,6 +36,51 @@ var q8Exact = map[string]bool{"Q5_0": true, "IQ4_NL": true}
 
 // q8Block is the bytes of a Q8_0 block of 32.
 const q8Block = 34
+
+// q8Affine are the types whose blocks of 32 are x = d·q + m with f16 d
+// and m and integer levels q in [0, 31] (Q4_1, Q5_1). They are stored as
+// Q8_A (kernels.cu's W_Q8_A: the levels as int8, d and m as stored) and
+// run on the int8 kernels with the min's term, which sum as the CPU
+// backend does for these types, in half F16's bytes. Staged as blocks of
+// q8aBlock bytes: d, m, the 32 levels (repack_q8_a).
+var q8Affine = map[string]bool{"Q4_1": true, "Q5_1": true}
+
+// q8aBlock is the bytes of a staged Q8_A block of 32.
+const q8aBlock = 36
+
+// levelsToQ8A writes the GGUF rows src of a q8Affine type t as staged
+// Q8_A blocks into dst: each block's d and m as stored and its levels,
+// read by dequantizing the block with d set to 1 and m to 0.
+func levelsToQ8A(t ggml.Type, src, dst []byte, scratch *[]byte, levels *[]float32) error {
+	bs := int(t.BlockBytes())
+	nb := len(src) / bs
+	if len(src) != nb*bs || len(dst) != nb*q8aBlock {
+		return fmt.Errorf("%d bytes of %s to %d of Q8_A", len(src), t, len(dst))
+	}
+	one := grow(scratch, len(src))
+	copy(one, src)
+	for b := range nb {
+		binary.LittleEndian.PutUint32(one[b*bs:], 0x3c00) // d = 1, m = 0
+	}
+	if cap(*levels) < 32*nb {
+		*levels = make([]float32, 32*nb)
+	}
+	lv := (*levels)[:32*nb]
+	if err := quant.Dequantize(t, one, lv); err != nil {
+		return err
+	}
+	for b := range nb {
+		o := dst[b*q8aBlock : (b+1)*q8aBlock]
+		copy(o[:4], src[b*bs:b*bs+4])
+		for i, l := range lv[32*b : 32*b+32] {
+			if l != float32(int8(l)) || l < 0 {
+				return fmt.Errorf("%s block %d has level %g, not one Q8_A holds", t, b, l)
+			}
+			o[4+i] = byte(int8(l))
+		}
+	}
+	return nil
+}
 
 // levelsToQ8 writes the GGUF rows src of a q8Exact type t as Q8_0 blocks
 // into dst: each block's scale as stored and its levels, read by
@@ -229,8 +275,10 @@ func (c *converter) fitsF16() (bool, error) {
 
 // describeConverted describes a weight that is converted on upload: F16,
 // or F32 where its values overflow f16. Under the exact contract (exact)
-// MLX weights are stored as F32: the CPU multiplies their float32
-// dequantization by float32 activations, which an F16 copy would round.
+// the types whose products take float32 activations
+// (backend.Int8Activations: MLX, the IQ1-IQ3, ternary and MXFP4 types)
+// are stored as F32: the CPU multiplies their float32 dequantization by
+// float32 activations, which an F16 copy would round.
 func describeConverted(w *backend.Weight, exact bool) (matInfo, error) {
 	c, err := newConverter(w)
 	if err != nil {
@@ -243,12 +291,19 @@ func describeConverted(w *backend.Weight, exact bool) (matInfo, error) {
 	m := matInfo{name: w.Name, rows: c.rows, cols: c.cols, typ: "F16", src: w.Tensor.Type, rowBytes: 2 * c.cols}
 	m.ggufRow = m.rowBytes
 	switch {
-	case !fits || (exact && c.mlx != nil):
+	case !fits || (exact && !backend.Int8Activations(w.Tensor.Type)):
 		// Values past f16's range, which cuBLAS's f16 operands (Q8_0 too)
 		// cannot hold.
 		m.typ, m.rowBytes, m.ggufRow = "F32", 4*c.cols, 4*c.cols
 	case q8Exact[w.Tensor.Type] && c.mlx == nil && c.cols%32 == 0:
 		m.typ, m.rowBytes, m.ggufRow = "Q8_0", c.cols, c.cols/32*q8Block
+	case q8Affine[w.Tensor.Type] && c.mlx == nil && c.cols%32 == 0:
+		m.typ, m.rowBytes, m.ggufRow = "Q8_A", c.cols, c.cols/32*q8aBlock
+	case w.Tensor.Type == "Q3_K" && c.mlx == nil && c.cols%256 == 0:
+		// Rewritten as Q6_K without loss (quant.Q3KToQ6K) as it is
+		// uploaded: the Q6_K kernels, int8 activations as on the CPU.
+		k := kLayouts["Q6_K"]
+		m.typ, m.rowBytes, m.ggufRow = "Q6_K", c.cols/256*k.quants, c.cols/256*k.block
 	}
 	m.dOff = int64(m.rows) * int64(m.rowBytes)
 	return m, nil
@@ -344,9 +399,14 @@ func (pc *parallelConverter) convertTo(typ string, r0, r1 int, dst []byte) error
 	return nil
 }
 
-// stageQ8 writes a q8Exact weight into staging as Q8_0 GGUF blocks, a
-// chunk of rows at a time through host, for the repack kernel.
+// stageQ8 writes a q8Exact weight into staging as Q8_0 GGUF blocks (a
+// q8Affine one as Q8_A blocks), a chunk of rows at a time through host,
+// for the repack kernel.
 func (e *exec) stageQ8(staging uint64, w *backend.Weight, m *matInfo, host *[]byte) error {
+	toBlocks := levelsToQ8
+	if m.typ == "Q8_A" {
+		toBlocks = levelsToQ8A
+	}
 	t := w.Tensor.GGML
 	srcRow := m.cols / 32 * int(t.BlockBytes())
 	if len(w.Data.Bytes) != m.rows*srcRow {
@@ -358,7 +418,7 @@ func (e *exec) stageQ8(staging uint64, w *backend.Weight, m *matInfo, host *[]by
 	for r0 := 0; r0 < m.rows; r0 += step {
 		r1 := min(m.rows, r0+step)
 		b := grow(host, (r1-r0)*m.ggufRow)
-		if err := levelsToQ8(t, w.Data.Bytes[r0*srcRow:r1*srcRow], b, &scratch, &levels); err != nil {
+		if err := toBlocks(t, w.Data.Bytes[r0*srcRow:r1*srcRow], b, &scratch, &levels); err != nil {
 			return fmt.Errorf("cuda: tensor %q: %w", m.name, err)
 		}
 		if err := e.copyIn(staging+uint64(r0)*uint64(m.ggufRow), b, fmt.Sprintf("tensor %q", m.name)); err != nil {

@@ -50,18 +50,17 @@ func TestPlanExact(t *testing.T) {
 // TestExactAgainstCPU: a backend made by NewExact (or with
 // WEFT_CUDA_EXACT=1) keeps to the CPU backend's exact contract
 // (backend/cpu/exact.go), so its logits are those of the CPU's exact
-// level (cpu.NewExact, WEFT_CPU_KERNELS=exact) but for a value
-// that falls within a few float64 ulps of a float32 rounding boundary.
+// level (cpu.NewExact, WEFT_CPU_KERNELS=exact) but for a value that falls
+// within a few float64 ulps of a float32 rounding boundary. Models:
 // stories260K (a trained model 64 wide, where one int8 activation level
-// moved costs a KL of about 1e-3) as stored (F32), as F16 and BF16, and in
-// every type the GPU computes with int8 activations, and the fixtures: a prefill in chunks of 16 (mmq for
-// Q8_0 and Q4_0), then greedy decode steps, every position held to KL
-// 1e-4 (the bound); the rows that are bit-identical are counted.
-// MLX fixtures run on F32 copies of their float32 dequantization (the
-// exact plan's choice), which the CPU also multiplies by float32
-// activations. Types the GPU converts to F16 (Q4_1, Q5_1, Q2_K, Q3_K,
-// IQ4_XS) are left out: the CPU multiplies them by int8 activations, the
-// GPU by float ones, which no order of sums reconciles.
+// moved costs a KL of about 1e-3) as stored (F32), as F16 and BF16 and in
+// every legacy type the GPU computes with int8 activations; the
+// fixtures; llama-256 requantized to Q2_K, Q3_K, IQ4_XS, Q4_1 and Q5_1:
+// every type the CPU backend runs. A prefill in chunks of 16 (mmq for Q8_0 and Q4_0), then greedy decode
+// steps, every position held to KL 1e-4 (the bound); the rows
+// that are bit-identical are counted. MLX fixtures run on F32 copies of
+// their float32 dequantization (the exact plan's choice), which the CPU
+// also multiplies by float32 activations.
 func TestExactAgainstCPU(t *testing.T) {
 	gpu, err := NewExact(0)
 	if err != nil {
@@ -86,13 +85,24 @@ func TestExactAgainstCPU(t *testing.T) {
 		}
 		defer f.Close()
 		paths = append(paths, src)
-		for _, typ := range []ggml.Type{ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.IQ4_NL} {
+		for _, typ := range []ggml.Type{ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.IQ4_NL, ggml.Q4_1, ggml.Q5_1} {
 			paths = append(paths, storiesAs(t, f, typ))
 		}
 	} else {
 		t.Log("stories260K not found (../shared/testdata): the fixtures only")
 	}
 	paths = append(paths, modelPaths(t)...)
+	// Types whose blocks stories260K's 64-wide rows cannot hold (Q2_K;
+	// Q3_K, rewritten as Q6_K on the GPU) or that no fixture is stored in:
+	// llama-256-Q4_K requantized.
+	if f, err := gguf.OpenFile(filepath.Join("..", "..", "testdata", "models", "quant", "llama-256-Q4_K.gguf"), gguf.Options{}); err == nil {
+		defer f.Close()
+		for _, typ := range []ggml.Type{ggml.Q2_K, ggml.Q3_K, ggml.IQ4_XS, ggml.Q4_1, ggml.Q5_1} {
+			paths = append(paths, requantized(t, f, typ, "llama-256", true))
+		}
+	} else {
+		t.Fatal(err)
+	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			wp, err := weights.Open(path, weights.Options{})

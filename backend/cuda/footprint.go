@@ -17,11 +17,20 @@ func WeightBytes(t *weights.Tensor) int64 {
 	if len(t.Shape) < 2 {
 		return t.Cols() * 4 // vectors arrive as float32
 	}
+	if k := kLayouts[t.Type]; k != nil && t.Cols()%256 == 0 {
+		return t.Rows() * t.Cols() / 256 * int64(k.deviceBlock()) // Q2_K's levels grow to nibbles
+	}
 	if _, native := weightTypes[t.Type]; native {
 		return int64(t.Bytes)
 	}
 	if q8Exact[t.Type] && t.Cols()%32 == 0 && t.MLX == nil {
 		return t.Rows() * t.Cols() / 32 * q8Block
+	}
+	if q8Affine[t.Type] && t.Cols()%32 == 0 && t.MLX == nil {
+		return t.Rows() * t.Cols() / 32 * q8aBlock // the device layout: 32 levels and 4 bytes of d, m
+	}
+	if t.Type == "Q3_K" && t.Cols()%256 == 0 && t.MLX == nil {
+		return t.Rows() * t.Cols() / 256 * int64(kLayouts["Q6_K"].block) // as Q6_K
 	}
 	return t.Rows() * t.Cols() * 2
 }

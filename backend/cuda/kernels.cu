@@ -31,6 +31,22 @@ typedef unsigned long long u64; // offsets: tensors may pass 2^31 elements
 #define W_BF16 2
 #define W_Q8_0 3
 #define W_Q4_0 4
+// Q4_1 and Q5_1 on the device (convert.go's q8Affine): int8 levels (0..31)
+// like Q8_0's, and per block of 32 an f16 scale d and min m next to each
+// other (a u32: d low, m high), x = d·q + m.
+#define W_Q8_A 5
+
+// int8_act: T's products take int8 activations (quantize_q8's records).
+template <int T>
+__device__ __forceinline__ constexpr bool int8_act() {
+    return T == W_Q8_0 || T == W_Q4_0 || T == W_Q8_A;
+}
+
+// scale_words: u16 words of scales a block of 32 (Q8_A: d and m).
+template <int T>
+__device__ __forceinline__ constexpr int scale_words() {
+    return T == W_Q8_A ? 2 : 1;
+}
 
 // WEFT_EXACT (1: WEFT_CUDA_EXACT=1, nvrtc.go) compiles the kernels to the
 // CPU backend's exact contract (backend/cpu/exact.go): every sum that is
@@ -248,6 +264,8 @@ __device__ __forceinline__ float deq(const u8* __restrict__ row, const u16* __re
     if (T == W_F16) return h2f(((const u16*)row)[i]);
     if (T == W_BF16) return bf2f(((const u16*)row)[i]);
     if (T == W_Q8_0) return h2f(d[i >> 5]) * (float)(signed char)row[i];
+    // package quant's float32(d·q) + m, without contraction
+    if (T == W_Q8_A) return __fadd_rn(__fmul_rn(h2f(d[2 * (i >> 5)]), (float)(signed char)row[i]), h2f(d[2 * (i >> 5) + 1]));
     int j = i & 31;
     u8 q = row[(i >> 5) * 16 + (j & 15)];
     int v = j < 16 ? (q & 15) : (q >> 4);
@@ -353,6 +371,24 @@ extern "C" __global__ void repack_q4_0(u8* dst, const u8* src, long long n, long
     *(uint4*)(dst + b * 16) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// repack_q8_a turns n staged Q8_A blocks (36 bytes: f16 d, f16 m, 32 int8
+// levels; convert.go's levelsToQ8A) into the device layout: the levels as
+// Q8_0's, the (d, m) pairs as u32 words from dOff.
+extern "C" __global__ void repack_q8_a(u8* dst, const u8* src, long long n, long long dOff) {
+    PDL;
+    u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= (u64)n) return;
+    const u8* s = src + b * 36;
+    ((u32*)(dst + dOff))[b] = s[0] | (s[1] << 8) | (s[2] << 16) | ((u32)s[3] << 24);
+    u32 w[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        w[k] = s[4 + 4 * k] | (s[5 + 4 * k] << 8) | (s[6 + 4 * k] << 16) | ((u32)s[7 + 4 * k] << 24);
+    uint4* q = (uint4*)(dst + b * 32);
+    q[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    q[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
 // embed: out[r, i] = deq(W[token[r]], i) * scale. Grid (ceil(cols/block), rows).
 template <int T>
 __device__ void embed(float* out, const u8* w, long long rowBytes, long long dOff, const int* meta, const int* tokens,
@@ -360,7 +396,7 @@ __device__ void embed(float* out, const u8* w, long long rowBytes, long long dOf
     int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= meta[0] || i >= cols) return;
     u64 t = (u64)tokens[r];
-    out[(u64)r * cols + i] = deq<T>(w + t * rowBytes, (const u16*)(w + dOff) + t * (cols >> 5), i) * scale;
+    out[(u64)r * cols + i] = deq<T>(w + t * rowBytes, (const u16*)(w + dOff) + t * (cols >> 5) * scale_words<T>(), i) * scale;
 }
 
 #define EMBED(name, T)                                                                                    \
@@ -373,6 +409,7 @@ EMBED(embed_f16, W_F16)
 EMBED(embed_bf16, W_BF16)
 EMBED(embed_q8_0, W_Q8_0)
 EMBED(embed_q4_0, W_Q4_0)
+EMBED(embed_q8_a, W_Q8_A)
 
 // q8_level is lane's element of a block of 32 quantized to int8 the way
 // the CPU backend (and ggml on x86) does it: d = max|x|/127, q =

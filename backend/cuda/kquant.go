@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/quant"
 )
 
 // K-quant weights (Q4_K, Q5_K, Q6_K: the types of Q4_K_M, Q5_K_M and Q6_K
@@ -31,14 +32,64 @@ type kLayout struct {
 	block  int // bytes of a GGUF super-block
 	quants int // of them, quants (they start the block but for Q4_K and Q5_K's 16-byte header)
 	head   int // where the 16-byte header starts in the block
-	hasD   bool
+	dBytes int // bytes of scales kept in an array of their own: Q6_K's d (2), Q2_K's d and dmin (4)
+	// repack, where set, writes a block's three parts itself (Q2_K's
+	// levels go to nibbles).
+	repack func(blk, quants, head, d []byte)
 }
 
 var kLayouts = map[string]*kLayout{
 	"Q4_K": {block: 144, quants: 128, head: 0},
 	"Q5_K": {block: 176, quants: 160, head: 0},
-	"Q6_K": {block: 210, quants: 192, head: 192, hasD: true},
+	"Q6_K": {block: 210, quants: 192, head: 192, dBytes: 2},
+	// Q2_K (scales[16] | qs[64] | d | dmin): its 2-bit levels as nibbles
+	// in Q4_K's order (byte 32p + l: elements 64p + l and 64p + 32 + l),
+	// so the decode product runs Q4_K's chunk loop with Q2_K's scales and
+	// mins a 16 elements; the 16 scale bytes are the header, d and dmin
+	// a u32 after the headers. 148 bytes a super-block on the device
+	// (84 in the file): 0.58 bytes an element, against F16's 2.
+	"Q2_K": {block: 84, quants: 128, dBytes: 4, repack: repackQ2K},
+	// IQ4_XS (d | scales_h | scales_l[4] | qs[128]): its 4-bit codebook
+	// indices in Q4_K's order, the header d and the 8 scales ls - 32 as
+	// int8; the kernel looks the levels up (iq4_map). 144 bytes a
+	// super-block (136 in the file).
+	"IQ4_XS": {block: 136, quants: 128, repack: repackIQ4XS},
 }
+
+// repackIQ4XS writes an IQ4_XS super-block's indices in Q4_K's order and
+// its header (kLayouts).
+func repackIQ4XS(blk, quants, head, _ []byte) {
+	qs := blk[8:136]
+	index := func(e int) byte { return qs[16*(e/32)+e%16] >> (4 * (e % 32 / 16)) & 15 }
+	for p := range 4 {
+		for l := range 32 {
+			quants[32*p+l] = index(64*p+l) | index(64*p+32+l)<<4
+		}
+	}
+	clear(head)
+	copy(head[:2], blk[:2])
+	sh := uint16(blk[2]) | uint16(blk[3])<<8
+	for ib := range 8 {
+		ls := int(blk[4+ib/2]>>(4*(ib%2))&15) | int(sh>>(2*ib)&3)<<4
+		head[2+ib] = byte(int8(ls - 32))
+	}
+}
+
+// repackQ2K writes a Q2_K super-block's levels as nibbles (kLayouts).
+func repackQ2K(blk, quants, head, d []byte) {
+	qs := blk[16:80]
+	level := func(e int) byte { return qs[32*(e/128)+e%32] >> (2 * ((e % 128) / 32)) & 3 }
+	for p := range 4 {
+		for l := range 32 {
+			quants[32*p+l] = level(64*p+l) | level(64*p+32+l)<<4
+		}
+	}
+	copy(head, blk[:16])
+	copy(d, blk[80:84])
+}
+
+// deviceBlock is the bytes a super-block takes on the device.
+func (k *kLayout) deviceBlock() int { return k.quants + 16 + k.dBytes }
 
 // kquantKernels are the kernels of matvec_k.cu besides the per-type
 // embed_, matvec_ and deq_f16_ ones that weightTypes names.
@@ -50,7 +101,11 @@ const q8kRecBytes = 36
 
 // split writes super-block blk's quants, header and (Q6_K) f16 scale.
 func (k *kLayout) split(blk, quants, head, d []byte) {
-	if k.hasD {
+	if k.repack != nil {
+		k.repack(blk, quants, head, d)
+		return
+	}
+	if k.dBytes != 0 {
 		copy(quants, blk[:k.quants])
 		copy(head, blk[k.head:k.head+16])
 		copy(d, blk[k.head+16:k.head+18])
@@ -67,10 +122,7 @@ func (k *kLayout) layOut(src []byte, nsb, r0, r1 int, quants, heads, ds []byte) 
 		for s := range nsb {
 			b := (r-r0)*nsb + s
 			blk := src[(r*nsb+s)*k.block:]
-			var d []byte
-			if k.hasD {
-				d = ds[2*b : 2*b+2]
-			}
+			d := ds[k.dBytes*b : k.dBytes*(b+1)]
 			k.split(blk, quants[b*k.quants:(b+1)*k.quants], heads[16*b:16*b+16], d)
 		}
 	}
@@ -84,12 +136,24 @@ func (e *exec) uploadK(ptr uint64, w *backend.Weight, m *matInfo, k *kLayout, ho
 	step := max(1, convertChunk/m.cols)
 	heads := uint64(m.dOff)
 	ds := heads + uint64(m.rows)*uint64(nsb)*16
+	var q6 []byte // a Q3_K weight's rows rewritten as Q6_K (describeConverted)
 	for r0 := 0; r0 < m.rows; r0 += step {
 		r1 := min(m.rows, r0+step)
 		n := (r1 - r0) * nsb
-		b := grow(host, n*(k.quants+16+2))
+		b := grow(host, n*k.deviceBlock())
 		q, h, d := b[:n*k.quants], b[n*k.quants:n*(k.quants+16)], b[n*(k.quants+16):]
-		k.layOut(w.Data.Bytes, nsb, r0, r1, q, h, d)
+		src, rows := w.Data.Bytes, [2]int{r0, r1}
+		if m.src == "Q3_K" {
+			if len(src) != m.rows*nsb*110 {
+				return fmt.Errorf("cuda: %s: %d bytes, want %d for Q3_K", what, len(src), m.rows*nsb*110)
+			}
+			src = grow(&q6, n*k.block)
+			if err := quant.Q3KToQ6K(w.Data.Bytes[r0*nsb*110:r1*nsb*110], src); err != nil {
+				return fmt.Errorf("cuda: %s: %w", what, err)
+			}
+			rows = [2]int{0, r1 - r0}
+		}
+		k.layOut(src, nsb, rows[0], rows[1], q, h, d)
 		first := uint64(r0) * uint64(nsb)
 		if err := e.copyIn(ptr+first*uint64(k.quants), q, what); err != nil {
 			return err
@@ -97,8 +161,8 @@ func (e *exec) uploadK(ptr uint64, w *backend.Weight, m *matInfo, k *kLayout, ho
 		if err := e.copyIn(ptr+heads+16*first, h, what); err != nil {
 			return err
 		}
-		if k.hasD {
-			if err := e.copyIn(ptr+ds+2*first, d, what); err != nil {
+		if k.dBytes != 0 {
+			if err := e.copyIn(ptr+ds+uint64(k.dBytes)*first, d, what); err != nil {
 				return err
 			}
 		}

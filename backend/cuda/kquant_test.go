@@ -48,12 +48,9 @@ func kDevice(t *testing.T, typ string, data []byte, rows, cols int) []byte {
 	k := kLayouts[typ]
 	nsb := cols / 256
 	n := rows * nsb
-	dev := make([]byte, n*(k.quants+16+2))
+	dev := make([]byte, n*k.deviceBlock())
 	k.layOut(data, nsb, 0, rows, dev[:n*k.quants], dev[n*k.quants:n*(k.quants+16)], dev[n*(k.quants+16):])
-	if !k.hasD {
-		dev = dev[:n*(k.quants+16)]
-	}
-	if len(dev) != len(data) {
+	if len(dev) != len(data) && k.repack == nil {
 		t.Fatalf("%s: device layout of %d bytes for %d in the file", typ, len(dev), len(data))
 	}
 	return dev
@@ -70,8 +67,9 @@ func kScaleMin(h []byte, j int) (sc, m int) {
 	return int(s[j+4]&15 | (s[j-4]>>6)<<4), int(s[j+4]>>4 | (s[j]>>6)<<4)
 }
 
-// kParts returns row r's super-block sb parts in the device layout.
-func kParts(typ string, dev []byte, rows, cols, r, sb int) (q, h []byte, d float32) {
+// kParts returns row r's super-block sb parts in the device layout: its
+// quants, header and the scales kept apart (Q6_K's d; Q2_K's d, dmin).
+func kParts(typ string, dev []byte, rows, cols, r, sb int) (q, h []byte, d, dmin float32) {
 	k := kLayouts[typ]
 	nsb := cols / 256
 	rowBytes := nsb * k.quants
@@ -79,11 +77,18 @@ func kParts(typ string, dev []byte, rows, cols, r, sb int) (q, h []byte, d float
 	dOff := rows * rowBytes
 	blk := r*nsb + sb
 	h = dev[dOff+16*blk:][:16]
-	if k.hasD {
-		d = f16le(dev[dOff+rows*nsb*16+2*blk:])
+	if k.dBytes != 0 {
+		at := dev[dOff+rows*nsb*16+k.dBytes*blk:]
+		d = f16le(at)
+		if k.dBytes == 4 {
+			dmin = f16le(at[2:])
+		}
 	}
-	return q, h, d
+	return q, h, d, dmin
 }
+
+// iq4Levels is the IQ4_NL / IQ4_XS codebook (kernels' iq4_map).
+var iq4Levels = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // kLevels mirrors kq_chunk: chunk c's 16 low and 16 high levels and the
 // super-block offsets of their elements.
@@ -108,6 +113,9 @@ func kLevels(typ string, c int, q []byte) (lo, hi [16]int32, elo, ehi int) {
 		}
 		for b := range 16 {
 			lo[b], hi[b] = int32(qs[b]&15), int32(qs[b]>>4)
+			if typ == "IQ4_XS" {
+				lo[b], hi[b] = int32(iq4Levels[lo[b]]), int32(iq4Levels[hi[b]])
+			}
 			if typ == "Q5_K" {
 				qh := q[16*(c&1)+b]
 				lo[b] |= int32(qh>>(2*p)&1) << 4
@@ -123,7 +131,7 @@ func kLevels(typ string, c int, q []byte) (lo, hi [16]int32, elo, ehi int) {
 func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums [][16]int32) float64 {
 	var acc float64
 	for sb := range cols / 256 {
-		qb, h, d6 := kParts(typ, dev, rows, cols, r, sb)
+		qb, h, d6, dmin := kParts(typ, dev, rows, cols, r, sb)
 		for c := range 8 {
 			lo, hi, elo, ehi := kLevels(typ, c, qb)
 			var dl, dh int32
@@ -138,6 +146,16 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 				acc += float64(float32(sclo*(dl-32*slo)+schi*(dh-32*shi)) * (d6 * da))
 				continue
 			}
+			if typ == "IQ4_XS" {
+				sclo, schi := int32(int8(h[2+elo/32])), int32(int8(h[2+ehi/32]))
+				acc += float64(float32(sclo*dl+schi*dh) * (f16le(h) * da))
+				continue
+			}
+			if typ == "Q2_K" {
+				sclo, mlo, schi, mhi := int32(h[elo/16]&15), int32(h[elo/16]>>4), int32(h[ehi/16]&15), int32(h[ehi/16]>>4)
+				acc += float64(float32(sclo*dl+schi*dh)*(d6*da) - float32(mlo*slo+mhi*shi)*(dmin*da))
+				continue
+			}
 			sclo, mlo := kScaleMin(h, 2*(c>>1))
 			schi, mhi := kScaleMin(h, 2*(c>>1)+1)
 			acc += float64(float32(int32(sclo)*dl+int32(schi)*dh)*(f16le(h)*da) - float32(int32(mlo)*slo+int32(mhi)*shi)*(f16le(h[2:])*da))
@@ -149,7 +167,17 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 // kDeq mirrors deqk: element i of row r.
 func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 	sb, e := i/256, i%256
-	q, h, d6 := kParts(typ, dev, rows, cols, r, sb)
+	q, h, d6, dmin := kParts(typ, dev, rows, cols, r, sb)
+	if typ == "IQ4_XS" {
+		v := q[32*(e>>6)+e&31] >> (4 * (e >> 5 & 1)) & 15
+		return f16le(h) * float32(int8(h[2+e>>5])) * float32(iq4Levels[v])
+	}
+	if typ == "Q2_K" {
+		s := e >> 4
+		v := q[32*(e>>6)+e&31] >> (4 * (e >> 5 & 1)) & 15
+		dl, ml := d6*float32(h[s]&15), dmin*float32(h[s]>>4)
+		return float32(dl*float32(v)) - ml
+	}
 	if typ == "Q6_K" {
 		hh, k, l := e>>7, e>>5&3, e&31
 		b := q[64*hh+32*(k&1)+l]
@@ -179,7 +207,7 @@ func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 func TestKLayout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const rows, cols = 5, 768
-	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS"} {
 		t.Run(typ, func(t *testing.T) {
 			gt, _ := ggml.ParseType(typ)
 			vals := make([]float32, rows*cols)
@@ -246,7 +274,8 @@ func (b *progBuilder) mlxMat(bits, group, rows, cols int, scale float32) backend
 }
 
 // TestDescribeConverted checks how weights without kernels of their own
-// are stored: F16 (Q8_0 for q8Exact types), F32 when a value overflows
+// are stored: F16 (Q8_0 for q8Exact types, Q8_A for q8Affine ones, Q6_K
+// for Q3_K), F32 when a value overflows
 // f16, errors naming the tensor for bad data, and that chunked conversion
 // matches quant's.
 func TestDescribeConverted(t *testing.T) {
@@ -255,7 +284,8 @@ func TestDescribeConverted(t *testing.T) {
 	iqnl := b.mat("IQ4_NL", 5, 64, 1)
 	q51 := b.mat("Q5_1", 3, 64, 1)
 	big := b.mat("Q5_0", 3, 64, 1e5)
-	iq := b.mat("IQ4_XS", 3, 256, 1)
+	iq := b.mat("TQ2_0", 3, 256, 1)
+	q3k := b.mat("Q3_K", 3, 512, 1)
 	mlx := b.mlxMat(4, 32, 5, 64, 1)
 	short := b.mat("Q3_K", 2, 256, 1)
 	b.p.Weights[short].Data.Bytes = b.p.Weights[short].Data.Bytes[:100]
@@ -265,7 +295,7 @@ func TestDescribeConverted(t *testing.T) {
 		w        backend.WeightID
 		typ, err string
 	}{
-		{q50, "Q8_0", ""}, {iqnl, "Q8_0", ""}, {q51, "F16", ""}, {big, "F32", ""}, {iq, "F16", ""}, {mlx, "F16", ""},
+		{q50, "Q8_0", ""}, {iqnl, "Q8_0", ""}, {q51, "Q8_A", ""}, {big, "F32", ""}, {iq, "F16", ""}, {q3k, "Q6_K", ""}, {mlx, "F16", ""},
 		{short, "", `tensor "Q3_K-matrix": 100 bytes`}, {badScales, "", `tensor "MLX_Q8-matrix"`},
 	} {
 		w := &b.p.Weights[tc.w]
@@ -285,8 +315,16 @@ func TestDescribeConverted(t *testing.T) {
 			size, stored = 4, 4*m.cols
 		case "Q8_0":
 			size, stored = 1, m.cols/32*q8Block
+		case "Q8_A":
+			size, stored = 1, m.cols/32*q8aBlock
+		case "Q6_K":
+			stored = m.cols / 256 * 210
 		}
-		if m.typ != tc.typ || m.src != w.Tensor.Type || m.rowBytes != size*m.cols || m.ggufRow != stored || m.dOff != int64(m.rows*m.rowBytes) {
+		rowBytes := size * m.cols
+		if tc.typ == "Q6_K" {
+			rowBytes = m.cols / 256 * 192
+		}
+		if m.typ != tc.typ || m.src != w.Tensor.Type || m.rowBytes != rowBytes || m.ggufRow != stored || m.dOff != int64(m.rows*m.rowBytes) {
 			t.Errorf("%s: %+v, want %s rows of %d bytes", w.Name, m, tc.typ, size*m.cols)
 		}
 		c, err := newConverter(w)
@@ -369,6 +407,57 @@ func TestLevelsToQ8(t *testing.T) {
 	binary.LittleEndian.PutUint16(q51[2:], quant.F32ToF16(0.3)) // the first block's minimum
 	if err := levelsToQ8(ggml.Q5_1, q51, make([]byte, len(x)/32*q8Block), &scratch, &levels); err == nil {
 		t.Error("Q5_1 blocks with a fractional minimum converted to Q8_0")
+	}
+}
+
+// TestLevelsToQ8A checks that Q4_1 and Q5_1 rows written as staged Q8_A
+// blocks hold d and m as stored and levels that give back every value as
+// package quant computes it (float32(d·q) + m), and that bad input is
+// refused.
+func TestLevelsToQ8A(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	x := make([]float32, 32*40)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())*float32(1+i%5) + float32(i%3)
+	}
+	for i := 64; i < 96; i++ {
+		x[i] = 0 // a block of zeros
+	}
+	var scratch []byte
+	var levels []float32
+	for _, typ := range []ggml.Type{ggml.Q4_1, ggml.Q5_1} {
+		bs := int(typ.BlockBytes())
+		src := make([]byte, len(x)/32*bs)
+		if err := quant.Quantize(typ, x, src); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, len(x)/32*q8aBlock)
+		if err := levelsToQ8A(typ, src, dst, &scratch, &levels); err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		want := make([]float32, len(x))
+		if err := quant.Dequantize(typ, src, want); err != nil {
+			t.Fatal(err)
+		}
+		for b := range len(x) / 32 {
+			blk := dst[b*q8aBlock:]
+			if !slices.Equal(blk[:4], src[b*bs:b*bs+4]) {
+				t.Fatalf("%s block %d: d, m %x, stored %x", typ, b, blk[:4], src[b*bs:b*bs+4])
+			}
+			d, m := quant.F16ToF32(binary.LittleEndian.Uint16(blk)), quant.F16ToF32(binary.LittleEndian.Uint16(blk[2:]))
+			for i := range 32 {
+				q := int8(blk[4+i])
+				if got := float32(d*float32(q)) + m; math.Float32bits(got) != math.Float32bits(want[32*b+i]) || q < 0 || q > 31 {
+					t.Fatalf("%s element %d: level %d gives %g, stored %g", typ, 32*b+i, q, got, want[32*b+i])
+				}
+			}
+		}
+		if err := levelsToQ8A(typ, src[1:], dst, &scratch, &levels); err == nil {
+			t.Errorf("%s: a partial block converted", typ)
+		}
+	}
+	if err := levelsToQ8A(ggml.Q4_1, make([]byte, 20), make([]byte, 2*q8aBlock), &scratch, &levels); err == nil {
+		t.Error("one block converted into room for two")
 	}
 }
 
@@ -538,6 +627,45 @@ func TestWeightBytes(t *testing.T) {
 		}
 		if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want {
 			t.Errorf("%s: estimated %d bytes, the upload takes %d", typ, got, want)
+		}
+	}
+	w := &b.p.Weights[b.mat("Q3_K", 6, 512, 1)] // as Q6_K
+	m, err := describe(w, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want || m.typ != "Q6_K" {
+		t.Errorf("Q3_K: estimated %d bytes, the upload takes %d as %s", got, want, m.typ)
+	}
+}
+
+// TestIQ4Map checks matvec_k.cu's iq4_map, modelled here with
+// __byte_perm's documented selection, against the codebook: every index in
+// every byte.
+func TestIQ4Map(t *testing.T) {
+	bytePerm := func(x, y, s uint32) uint32 {
+		in := uint64(y)<<32 | uint64(x)
+		var r uint32
+		for n := range 4 {
+			sel := s >> (4 * n) & 7
+			r |= uint32(in>>(8*sel)&0xff) << (8 * n)
+		}
+		return r
+	}
+	iq4Map := func(v uint32) uint32 { // the kernel's steps
+		s := v&0x7 | v>>4&0x70 | v>>8&0x700 | v>>12&0x7000
+		lo := bytePerm(0xBFAD9881, 0xF6EADDCF, s)
+		hi := bytePerm(0x26190D01, 0x71594535, s)
+		m := (v >> 3 & 0x01010101) * 0xff
+		return lo&^m | hi&m
+	}
+	for a := range uint32(16) {
+		v := a | (15-a)<<8 | (a^5)<<16 | (a*7%16)<<24
+		got := iq4Map(v)
+		for n, idx := range []uint32{a, 15 - a, a ^ 5, a * 7 % 16} {
+			if l := int8(got >> (8 * n)); l != iq4Levels[idx] {
+				t.Fatalf("index %d in byte %d: level %d, want %d", idx, n, l, iq4Levels[idx])
+			}
 		}
 	}
 }

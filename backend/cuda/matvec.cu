@@ -78,7 +78,7 @@ __device__ __forceinline__ void mv_reduce(acc_t (&acc)[M], float* out, float* re
 // first mv_dot rather than at their start.
 template <int T, int MAXM>
 __device__ constexpr bool mv_defers() {
-    return MAXM == 1 ? (T == W_Q8_0 || T == W_Q4_0 ? MV_EARLY : MVF_EARLY) : MVB_EARLY;
+    return MAXM == 1 ? (int8_act<T>() ? MV_EARLY : MVF_EARLY) : MVB_EARLY;
 }
 
 // ldw loads 16 bytes of weights that are read once per step: through the
@@ -134,6 +134,19 @@ __device__ __forceinline__ void mv_term(acc_t& acc, float dw, float da, int dot)
 #endif
 }
 
+// mvq_scales loads the scale of chunk c of a row whose scales start at d
+// (and, for Q8_A, the min).
+template <int T>
+__device__ __forceinline__ void mvq_scales(float& dw, float& mw, const u16* d, int c) {
+    if constexpr (T == W_Q8_A) {
+        u32 dm = ((const u32*)d)[c >> 1];
+        dw = h2f((u16)(dm & 0xffff));
+        mw = h2f((u16)(dm >> 16));
+    } else {
+        dw = h2f(d[T == W_Q4_0 ? c : c >> 1]);
+    }
+}
+
 // mvq_loadx loads the int8 activations (one 16-byte vector, or with two
 // Q4_0's pair) and block scale of chunk c of row r0 for mvq_dot's
 // activation preload.
@@ -169,7 +182,7 @@ __device__ __forceinline__ void mvq_dot(acc_t (&acc)[NW][M], const signed char* 
     if (live) {
         for (int c0 = sub; c0 < nc; c0 += B * nsub) {
             uint4 q[NW][B];
-            float dw[NW][B];
+            float dw[NW][B], mw[NW][T == W_Q8_A ? B : 1]; // mw: Q8_A's mins
             int4 xp[XB][pre1 ? 2 : 1];
             float dp[XB];
             if constexpr (E) {
@@ -183,7 +196,7 @@ __device__ __forceinline__ void mvq_dot(acc_t (&acc)[NW][M], const signed char* 
 #pragma unroll
                         for (int w = 0; w < NW; w++) {
                             q[w][u] = ldw<true>(row[w] + (u64)c * 16);
-                            dw[w][u] = h2f(d[w][T == W_Q4_0 ? c : c >> 1]);
+                            mvq_scales<T>(dw[w][u], mw[w][T == W_Q8_A ? u : 0], d[w], c);
                         }
                         if constexpr (pre)
                             if (!wait) mvq_loadx<T, pre1>(xp[u], dp[u], qa, ds, r0, K, nb, c);
@@ -210,7 +223,7 @@ __device__ __forceinline__ void mvq_dot(acc_t (&acc)[NW][M], const signed char* 
 #pragma unroll
                         for (int w = 0; w < NW; w++) {
                             q[w][u] = ldw(row[w] + (u64)c * 16);
-                            dw[w][u] = h2f(d[w][T == W_Q4_0 ? c : c >> 1]);
+                            mvq_scales<T>(dw[w][u], mw[w][T == W_Q8_A ? u : 0], d[w], c);
                         }
                         if constexpr (pre) mvq_loadx<T, pre1>(xp[u], dp[u], qa, ds, r0, K, nb, c);
                     }
@@ -259,6 +272,10 @@ __device__ __forceinline__ void mvq_dot(acc_t (&acc)[NW][M], const signed char* 
                             x = *(const int4*)(qa + (u64)(r0 + k) * K + (u64)c * 16);
                             da = ds[(u64)(r0 + k) * nb + (c >> 1)].x;
                         }
+                        // Q8_A: the min times the half block's level sum
+                        int sa = 0;
+                        if constexpr (T == W_Q8_A)
+                            sa = dp4a(0x01010101, x.x, dp4a(0x01010101, x.y, dp4a(0x01010101, x.z, dp4a(0x01010101, x.w, 0))));
 #pragma unroll
                         for (int w = 0; w < NW; w++) {
                             int dot = dp4a((int)q[w][u].x, x.x, 0);
@@ -266,6 +283,7 @@ __device__ __forceinline__ void mvq_dot(acc_t (&acc)[NW][M], const signed char* 
                             dot = dp4a((int)q[w][u].z, x.z, dot);
                             dot = dp4a((int)q[w][u].w, x.w, dot);
                             mv_term(acc[w][k], dw[w][u], da, dot);
+                            if constexpr (T == W_Q8_A) mv_term(acc[w][k], mw[w][u], da, sa);
                         }
                     }
                 }
@@ -375,7 +393,7 @@ template <int T, int M, int B, int NW, bool ONE = false, bool E = false>
 __device__ __forceinline__ void mv_dot(acc_t (&acc)[NW][M], const void* x, const float2* ds,
                                        const u8* const (&row)[NW], const u16* const (&d)[NW], int r0, int K,
                                        bool live, int sub, int nsub, int early = 0) {
-    if constexpr (T == W_Q8_0 || T == W_Q4_0)
+    if constexpr (int8_act<T>())
         mvq_dot<T, M, B, NW, ONE, E>(acc, (const signed char*)x, ds, row, d, r0, K, live, sub, nsub, early);
     else
         mvf_dot<T, M, B, NW, E>(acc, (const float*)x, row, r0, K, live, sub, nsub,
@@ -415,7 +433,7 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
     int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
     bool live = j < N;
     const u8* row = w + (u64)(live ? j : 0) * rowBytes;
-    const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5);
+    const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5) * scale_words<T>();
     if constexpr (MAXM == 1) {
         mv_pass<T, 1, B, true, mv_defers<T, 1>()>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr,
                                                   early);
@@ -501,7 +519,8 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
         bool live = j < N;
         u64 jr = live ? j : 0;
         const u8* rows[2] = {wg + jr * rowBytes, wu + jr * rowBytes};
-        const u16* sc[2] = {(const u16*)(wg + dOffG) + jr * (K >> 5), (const u16*)(wu + dOffU) + jr * (K >> 5)};
+        const u16* sc[2] = {(const u16*)(wg + dOffG) + jr * (K >> 5) * scale_words<T>(),
+                            (const u16*)(wu + dOffU) + jr * (K >> 5) * scale_words<T>()};
         acc_t a[2][M];
         mv_dot<T, M, B, 2, false, E>(a, x, ds, rows, sc, r0, K, live, sub, lpr, lr0 == 0 ? early : 0);
 #pragma unroll
@@ -541,7 +560,7 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
                            const float2* ds, const u8* wg, const u8* wu, long long rowBytes, long long dOffG,
                            long long dOffU, const int* meta, int which, int K, int N, int act) {
     int n = meta[which], groups = (N + GLU_ROWS - 1) / GLU_ROWS;
-    int chunks = T == W_Q4_0 ? K >> 5 : T == W_Q8_0 ? K >> 4 : T == W_F32 ? K >> 2 : K >> 3;
+    int chunks = T == W_Q4_0 ? K >> 5 : T == W_Q8_0 || T == W_Q8_A ? K >> 4 : T == W_F32 ? K >> 2 : K >> 3;
     int lpr = chunks <= 64 ? 16 : 32;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
         int early = mv_defers<T, MAXM>() && g == (int)blockIdx.x ? (TRIGGER_GLU ? 1 : 2) : 0;
@@ -598,6 +617,8 @@ MATVEC(matvec_f16, W_F16, MVR, MV_BATCH)
 MATVEC(matvec_bf16, W_BF16, MVR, MV_BATCH)
 MATVEC(matvec_q8_0, W_Q8_0, MVR, MV_BATCH)
 MATVEC(matvec_q4_0, W_Q4_0, MVR, MV_BATCH)
+MATVEC(matvec_q8_a, W_Q8_A, MVR, MV_BATCH)
+MATVEC(matvec1_q8_a, W_Q8_A, 1, MV1Q_BATCH)
 MATVEC(matvec1_f32, W_F32, 1, MV_BATCH1)
 MATVEC(matvec1_f16, W_F16, 1, MV_BATCH1)
 MATVEC(matvec1_bf16, W_BF16, 1, MV_BATCH1)
@@ -632,6 +653,7 @@ MATVEC3(matvec3_f16, W_F16, MVR, MV_BATCH)
 MATVEC3(matvec3_bf16, W_BF16, MVR, MV_BATCH)
 MATVEC3(matvec3_q8_0, W_Q8_0, MVR, MV_BATCH)
 MATVEC3(matvec3_q4_0, W_Q4_0, MVR, MV_BATCH)
+MATVEC3(matvec3_q8_a, W_Q8_A, MVR, MV_BATCH)
 MATVEC3(matvec13_f32, W_F32, 1, MV_BATCH1)
 MATVEC3(matvec13_f16, W_F16, 1, MV_BATCH1)
 MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
@@ -640,6 +662,7 @@ MATVEC3(matvec13_bf16, W_BF16, 1, MV_BATCH1)
 // unbounded; bounded, NVRTC picks 64 and 62, so 8 fit.
 MATVEC3_LB(matvec13_q8_0, W_Q8_0, 1, MV13Q_BATCH, 7)
 MATVEC3_LB(matvec13_q4_0, W_Q4_0, 1, MV13Q_BATCH, 7)
+MATVEC3_LB(matvec13_q8_a, W_Q8_A, 1, MV13Q_BATCH, 7)
 
 #define MATVEC_GLU(name, T, MAXM, B)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * GLU_WARPS, MV_BLOCKS_PER_SM * MV_WARPS / GLU_WARPS)          \
@@ -654,12 +677,14 @@ MATVEC_GLU(matvec_glu_f16, W_F16, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_bf16, W_BF16, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_q8_0, W_Q8_0, MVR, MV_BATCH)
 MATVEC_GLU(matvec_glu_q4_0, W_Q4_0, MVR, MV_BATCH)
+MATVEC_GLU(matvec_glu_q8_a, W_Q8_A, MVR, MV_BATCH)
 // The one-row GLU kernels already keep 2·MV_BATCH loads in flight a lane.
 MATVEC_GLU(matvec1_glu_f32, W_F32, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_f16, W_F16, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_q8_0, W_Q8_0, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH)
+MATVEC_GLU(matvec1_glu_q8_a, W_Q8_A, 1, MV_BATCH)
 #define MATVEC1_GLU(name, T)                                                                                       \
     extern "C" __global__ void __launch_bounds__(32 * GLU1_WARPS, 4)                                               \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
@@ -674,6 +699,7 @@ MATVEC1_GLU(matvec1w_glu_f16, W_F16)
 MATVEC1_GLU(matvec1w_glu_bf16, W_BF16)
 MATVEC1_GLU(matvec1w_glu_q8_0, W_Q8_0)
 MATVEC1_GLU(matvec1w_glu_q4_0, W_Q4_0)
+MATVEC1_GLU(matvec1w_glu_q8_a, W_Q8_A)
 
 // The matrix-matrix path hands cuBLAS f16 operands: to_f16 converts
 // activation rows, deq_f16_* a whole weight ([N, K], 8 elements a thread),
@@ -693,7 +719,7 @@ __device__ void deq_f16(u16* out, const u8* w, long long rowBytes, long long dOf
     u64 j = e / K;
     int i = (int)(e - j * K);
     const u8* row = w + j * rowBytes;
-    const u16* d = (const u16*)(w + dOff) + j * (K >> 5);
+    const u16* d = (const u16*)(w + dOff) + j * (K >> 5) * scale_words<T>();
     u32 p[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) p[k] = f2h(deq<T>(row, d, i + 2 * k)) | ((u32)f2h(deq<T>(row, d, i + 2 * k + 1)) << 16);
@@ -707,6 +733,7 @@ __device__ void deq_f16(u16* out, const u8* w, long long rowBytes, long long dOf
 DEQ_F16(deq_f16_bf16, W_BF16)
 DEQ_F16(deq_f16_q8_0, W_Q8_0)
 DEQ_F16(deq_f16_q4_0, W_Q4_0)
+DEQ_F16(deq_f16_q8_a, W_Q8_A)
 
 extern "C" __global__ void add_bias(float* out, const float* bias, const int* meta, int which, int N) {
     PDL;

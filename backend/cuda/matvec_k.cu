@@ -9,6 +9,24 @@
 #define W_Q4_K 10
 #define W_Q5_K 11
 #define W_Q6_K 12
+// Q2_K, its levels as nibbles in Q4_K's order (kquant.go's repackQ2K), its
+// 16 scale bytes (4-bit scale, 4-bit min a 16 elements) the header, d and
+// dmin a u32 after the headers.
+#define W_Q2_K 13
+// IQ4_XS, its 4-bit codebook indices in Q4_K's order (kquant.go's
+// repackIQ4XS), the header d (f16) and the 8 scales ls - 32 as int8.
+#define W_IQ4_XS 14
+
+// iq4_map turns four codebook indices (0..15, one a byte) into IQ4_NL's
+// and IQ4_XS's int8 levels: a byte permute into each half of the table,
+// the half chosen by each index's top bit.
+__device__ __forceinline__ int iq4_map(u32 v) {
+    u32 s = (v & 0x7u) | ((v >> 4) & 0x70u) | ((v >> 8) & 0x700u) | ((v >> 12) & 0x7000u);
+    u32 lo = __byte_perm(0xBFAD9881u, 0xF6EADDCFu, s); // -127 -104 -83 -65 | -49 -35 -22 -10
+    u32 hi = __byte_perm(0x26190D01u, 0x71594535u, s); //    1   13  25  38 |  53  69  89 113
+    u32 m = ((v >> 3) & 0x01010101u) * 0xffu;
+    return (int)((lo & ~m) | (hi & m));
+}
 #define KV_BATCH 4 // 16-byte weight loads a lane keeps in flight
 // MVK_EARLY (0 or 1): the K-quant products issue their first batch of
 // weight loads before their dependency wait, as matvec.cu's MV_EARLY.
@@ -20,7 +38,7 @@
 
 template <int T>
 __device__ __forceinline__ constexpr int kq_bytes() {
-    return T == W_Q4_K ? 128 : T == W_Q5_K ? 160 : 192;
+    return T == W_Q4_K || T == W_Q2_K || T == W_IQ4_XS ? 128 : T == W_Q5_K ? 160 : 192;
 }
 
 // A super-block of 256 activations quantized as ggml's Q8_K: levels
@@ -200,7 +218,19 @@ __device__ __forceinline__ float deqk(const u8* w, long long rowBytes, long long
     u64 blk = row * nsb + sb;
     const u8* q = w + row * (u64)rowBytes + (u64)sb * KQ;
     const u8* h = w + dOff + blk * 16;
-    if constexpr (T == W_Q6_K) {
+    if constexpr (T == W_IQ4_XS) {
+        // package quant's (d·sc)·kvalue
+        int v = (q[32 * (e >> 6) + (e & 31)] >> (4 * ((e >> 5) & 1))) & 15;
+        float dl = __fmul_rn(h2f((u16)(h[0] | (h[1] << 8))), (float)(signed char)h[2 + (e >> 5)]);
+        return __fmul_rn(dl, (float)(signed char)(iq4_map((u32)v) & 0xff));
+    } else if constexpr (T == W_Q2_K) {
+        // package quant's float32(dl·q) − ml, dl = d·sc, ml = dmin·m
+        u32 dd = ((const u32*)(w + dOff + (u64)dOff / (u64)rowBytes * nsb * 16))[blk];
+        int s = e >> 4, v = (q[32 * (e >> 6) + (e & 31)] >> (4 * ((e >> 5) & 1))) & 15;
+        float dl = __fmul_rn(h2f((u16)(dd & 0xffff)), (float)(h[s] & 15));
+        float ml = __fmul_rn(h2f((u16)(dd >> 16)), (float)(h[s] >> 4));
+        return __fsub_rn(__fmul_rn(dl, (float)v), ml);
+    } else if constexpr (T == W_Q6_K) {
         const u16* d6 = (const u16*)(w + dOff + (u64)dOff / (u64)rowBytes * nsb * 16);
         int hh = e >> 7, k = (e >> 5) & 3, l = e & 31;
         int b = q[64 * hh + 32 * (k & 1) + l];
@@ -250,6 +280,10 @@ __device__ __forceinline__ void kq_chunk(int c, uint4 q, uint4 hb, int (&lo)[4],
                 lo[k] |= (int)(((hw[k] >> (2 * p)) & 0x01010101u) << 4);
                 hi[k] |= (int)(((hw[k] >> (2 * p + 1)) & 0x01010101u) << 4);
             }
+            if constexpr (T == W_IQ4_XS) {
+                lo[k] = iq4_map((u32)lo[k]);
+                hi[k] = iq4_map((u32)hi[k]);
+            }
         }
     }
 }
@@ -279,7 +313,7 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                 if (c >= nc) continue;
                 const u8* blk = row + (u64)(c >> 3) * KQ;
                 int cc = c & 7;
-                if constexpr (T == W_Q4_K) {
+                if constexpr (T == W_Q4_K || T == W_Q2_K || T == W_IQ4_XS) {
                     q[u] = ldw<E>(blk + cc * 16);
                     hb[u] = make_uint4(0, 0, 0, 0);
                 } else if constexpr (T == W_Q5_K) {
@@ -309,6 +343,20 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     sclo = __ldg(sc + (elo >> 4));
                     schi = __ldg(sc + (ehi >> 4));
                     d = h2f(__ldg(d6 + sb));
+                } else if constexpr (T == W_IQ4_XS) {
+                    // the scales of the 32 elements at elo and at ehi; no min
+                    const signed char* sc = (const signed char*)(hdr + sb);
+                    sclo = __ldg(sc + 2 + (elo >> 5));
+                    schi = __ldg(sc + 2 + (ehi >> 5));
+                    d = h2f(__ldg((const u16*)(hdr + sb)));
+                } else if constexpr (T == W_Q2_K) {
+                    // scale and min of the 16 elements at elo and at ehi
+                    const u8* sc = (const u8*)(hdr + sb);
+                    int blo = __ldg(sc + (elo >> 4)), bhi = __ldg(sc + (ehi >> 4));
+                    sclo = blo & 15, mlo = blo >> 4, schi = bhi & 15, mhi = bhi >> 4;
+                    u32 dd = __ldg((const unsigned int*)d6 + sb);
+                    d = h2f((u16)(dd & 0xffff));
+                    dmin = h2f((u16)(dd >> 16));
                 } else {
                     uint4 h = __ldg(hdr + sb);
                     d = h2f((u16)(h.x & 0xffff));
@@ -369,7 +417,7 @@ __device__ void matvec_k(float* out, float* resid, const signed char* qa, const 
         u64 jj = live ? j : 0;
         const u8* row = w + jj * (u64)rowBytes;
         const uint4* hdr = (const uint4*)(w + dOff) + jj * nsb;
-        const u16* d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + jj * nsb;
+        const u16* d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + jj * nsb * (T == W_Q2_K ? 2 : 1);
         if constexpr (MAXM == 1) {
             mvk_pass<T, 1, MVK_EARLY>(out, resid, qa, ds, row, hdr, d6, bias, 0, K, N, j, live, sub, nsub, wpr, lpr, early);
             continue;
@@ -434,9 +482,17 @@ extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q6_k(MVK_ARGS
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K, 1); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K, 1); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q2_k(MVK_ARGS) { MVK_CALL(W_Q2_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q2_k(MVK_ARGS) { MVK_CALL(W_Q2_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_iq4_xs(MVK_ARGS) { MVK_CALL(W_IQ4_XS, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_iq4_xs(MVK_ARGS) { MVK_CALL(W_IQ4_XS, 1); }
 extern "C" __global__ void embed_q4_k(EMK_ARGS) { PDL; embed_k<W_Q4_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
 extern "C" __global__ void embed_q5_k(EMK_ARGS) { PDL; embed_k<W_Q5_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
 extern "C" __global__ void embed_q6_k(EMK_ARGS) { PDL; embed_k<W_Q6_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void embed_q2_k(EMK_ARGS) { PDL; embed_k<W_Q2_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
+extern "C" __global__ void embed_iq4_xs(EMK_ARGS) { PDL; embed_k<W_IQ4_XS>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
 extern "C" __global__ void deq_f16_q4_k(DQK_ARGS) { PDL; deq_f16_k<W_Q4_K>(out, w, rowBytes, dOff, N, K); }
 extern "C" __global__ void deq_f16_q5_k(DQK_ARGS) { PDL; deq_f16_k<W_Q5_K>(out, w, rowBytes, dOff, N, K); }
 extern "C" __global__ void deq_f16_q6_k(DQK_ARGS) { PDL; deq_f16_k<W_Q6_K>(out, w, rowBytes, dOff, N, K); }
+extern "C" __global__ void deq_f16_q2_k(DQK_ARGS) { PDL; deq_f16_k<W_Q2_K>(out, w, rowBytes, dOff, N, K); }
+extern "C" __global__ void deq_f16_iq4_xs(DQK_ARGS) { PDL; deq_f16_k<W_IQ4_XS>(out, w, rowBytes, dOff, N, K); }

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
 	"math"
@@ -379,6 +378,15 @@ func TestStoriesGreedy(t *testing.T) {
 // temporary GGUF and returns its path.
 func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 	t.Helper()
+	return requantized(t, f, typ, "stories260K", false)
+}
+
+// requantized writes f with its 2-D tensors whose rows are whole blocks of
+// typ quantized to typ from their float32 values (F32 ones only, unless
+// requant: then every type, dequantized first) into a temporary GGUF
+// named for base and typ, and returns its path.
+func requantized(t *testing.T, f *gguf.File, typ ggml.Type, base string, requant bool) string {
+	t.Helper()
 	gw := gguf.NewWriter()
 	for _, kv := range f.KVs {
 		gw.SetKV(kv.Key, kv.Value)
@@ -390,15 +398,15 @@ func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ti.Dims) != 2 || ti.Type != ggml.F32 || ti.Dims[0]%uint64(typ.BlockSize()) != 0 {
+		if len(ti.Dims) != 2 || (ti.Type != ggml.F32 && !requant) || ti.Dims[0]%uint64(typ.BlockSize()) != 0 {
 			if err := gw.AddTensor(ti.Name, ti.Type, ti.Dims, data); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		vals := make([]float32, len(data)/4)
-		for j := range vals {
-			vals[j] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*j:]))
+		vals := make([]float32, ti.Dims[0]*ti.Dims[1])
+		if err := quant.Dequantize(ti.Type, data, vals); err != nil {
+			t.Fatalf("%s: %v", ti.Name, err)
 		}
 		rb, err := typ.RowBytes(ti.Dims[0])
 		if err != nil {
@@ -416,7 +424,7 @@ func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 	if quantized == 0 {
 		t.Fatal("no tensor quantized")
 	}
-	path := filepath.Join(t.TempDir(), "stories260K-"+typ.String()+".gguf")
+	path := filepath.Join(t.TempDir(), base+"-"+typ.String()+".gguf")
 	w, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
@@ -453,9 +461,9 @@ func storiesAs(t *testing.T, f *gguf.File, typ ggml.Type) string {
 //     (3e-3 seen).
 //   - Q5_0 and IQ4_NL are stored as Q8_0 on the GPU without loss
 //     (convert.go's q8Exact), so they take Q8_0's limits.
-//   - Q5_1, Q4_1 run as F16 weights on the GPU, with float activations
-//     where the CPU rounds them to int8: 1e-2 (8.1e-3 seen, the CPU's own
-//     int8 rounding).
+//   - Q5_1, Q4_1 are stored as Q8_A on the GPU without loss (convert.go's
+//     q8Affine) and take int8 activations as on the CPU: 1e-2 (as F16
+//     weights on float activations they reached 8.1e-3).
 func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 	src := sharedFile(t, "gguf-stories260K/stories260K.gguf")
 	gpu := newGPU(t)

@@ -53,14 +53,17 @@ var oneRowTypes = map[string]struct {
 	quant  bool
 	plain  bool
 }{
-	"f32":  {func(k int) int { return k / 4 }, false, false},
-	"f16":  {func(k int) int { return k / 8 }, false, false},
-	"bf16": {func(k int) int { return k / 8 }, false, false},
-	"q8_0": {func(k int) int { return k / 16 }, true, false},
-	"q4_0": {func(k int) int { return k / 32 }, true, false},
-	"q4_k": {func(k int) int { return k / 32 }, true, true},
-	"q5_k": {func(k int) int { return k / 32 }, true, true},
-	"q6_k": {func(k int) int { return k / 32 }, true, true},
+	"f32":    {func(k int) int { return k / 4 }, false, false},
+	"f16":    {func(k int) int { return k / 8 }, false, false},
+	"bf16":   {func(k int) int { return k / 8 }, false, false},
+	"q8_0":   {func(k int) int { return k / 16 }, true, false},
+	"q4_0":   {func(k int) int { return k / 32 }, true, false},
+	"q8_a":   {func(k int) int { return k / 16 }, true, false},
+	"q4_k":   {func(k int) int { return k / 32 }, true, true},
+	"q5_k":   {func(k int) int { return k / 32 }, true, true},
+	"q6_k":   {func(k int) int { return k / 32 }, true, true},
+	"q2_k":   {func(k int) int { return k / 32 }, true, true},
+	"iq4_xs": {func(k int) int { return k / 32 }, true, true},
 }
 
 // oneRowQuantGrid bounds the grid of a quantized type's one-row product

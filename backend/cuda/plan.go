@@ -27,7 +27,10 @@ import (
 // their kernels.
 var weightTypes = map[string]string{
 	"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0",
-	"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k",
+	"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q2_K": "q2_k", "IQ4_XS": "iq4_xs",
+	// Q4_1 and Q5_1 as stored on the device (convert.go's q8Affine);
+	// no GGUF type has this name, so no tensor reaches it directly.
+	"Q8_A": "q8_a",
 }
 
 // argKind says how a launch argument is resolved.
@@ -190,7 +193,7 @@ type matInfo struct {
 	vector     bool   // an engine-prepared float32 vector (Weight.F32)
 }
 
-func (m *matInfo) quantized() bool { return m.typ == "Q8_0" || m.typ == "Q4_0" }
+func (m *matInfo) quantized() bool { return m.typ == "Q8_0" || m.typ == "Q4_0" || m.typ == "Q8_A" }
 
 // cacheKernel is the kernel named name for cache c: the kernels that read
 // or write a cache come for float32 caches and, named name_h, for f16.
@@ -233,7 +236,8 @@ func describe(w *backend.Weight, exact bool) (matInfo, error) {
 		m.rowBytes = m.cols / 2
 	default:
 		if k := kLayouts[t.Type]; k != nil {
-			m.rowBytes = m.cols / 256 * k.quants
+			// Q2_K takes more on the device than in the file.
+			m.rowBytes, m.ggufRow = m.cols/256*k.quants, m.cols/256*k.deviceBlock()
 		}
 	}
 	m.dOff = int64(m.rows) * int64(m.rowBytes)

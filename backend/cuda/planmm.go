@@ -46,7 +46,7 @@ func (m *matInfo) chunks() int {
 	switch m.typ {
 	case "Q4_0":
 		return m.cols / 32
-	case "Q8_0":
+	case "Q8_0", "Q8_A":
 		return m.cols / 16
 	case "F32":
 		return m.cols / 4
@@ -84,7 +84,7 @@ func mmqOn(arch int) bool {
 
 // mmqUsable reports whether mmq takes products by m for large counts.
 func mmqUsable(m *matInfo, opt planOptions) bool {
-	return opt.mmq && m.quantized() && m.cols%32 == 0
+	return opt.mmq && (m.typ == "Q8_0" || m.typ == "Q4_0") && m.cols%32 == 0
 }
 
 // mmqCall is the mmq launch of a product by m (cond large), adding to the
