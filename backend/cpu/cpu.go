@@ -336,10 +336,11 @@ func (e *exec) compileOp(op *backend.Op) (step, error) {
 		if m.cols != op.Group || p.Bufs[op.A]%op.Group != 0 || p.Bufs[op.Out] != p.Bufs[op.A] || m.f32 == nil {
 			return step{}, fmt.Errorf("norm %q of %d (f32=%v) over groups of %d in %d columns", m.name, m.cols, m.f32 != nil, op.Group, p.Bufs[op.A])
 		}
+		body := normBody[float32](e, op, m)
 		if e.isa.exact {
-			return step{op: op, items: rows, grain: 1, body: e.normExactBody(op, m)}, nil
+			body = normBody[float64](e, op, m)
 		}
-		return step{op: op, items: rows, grain: 1, body: e.normBody(op, m)}, nil
+		return step{op: op, items: rows, grain: 1, body: body}, nil
 	case backend.OpMatMul:
 		m, err := weightOK(op.W, false)
 		if err != nil {
@@ -366,10 +367,11 @@ func (e *exec) compileOp(op *backend.Op) (step, error) {
 		if op.Table < 0 || op.Table >= len(e.ropes) || e.ropes[op.Table].half*2 != op.RopeDim || op.NHeads*op.HeadDim != p.Bufs[op.A] || op.RopeDim > op.HeadDim {
 			return step{}, fmt.Errorf("rope table %d for %d heads of %d (rope dim %d) in %d columns", op.Table, op.NHeads, op.HeadDim, op.RopeDim, p.Bufs[op.A])
 		}
+		body := ropeBody[float32](e, op)
 		if e.isa.exact {
-			return step{op: op, items: rows, grain: 1, body: e.ropeExactBody(op)}, nil
+			body = ropeBody[float64](e, op)
 		}
-		return step{op: op, items: rows, grain: 1, body: e.ropeBody(op)}, nil
+		return step{op: op, items: rows, grain: 1, body: body}, nil
 	case backend.OpStoreKV:
 		if err := bufOK(op.A, op.B); err != nil {
 			return step{}, err

@@ -102,45 +102,6 @@ func geluMulExact(a, b, out []float32) {
 	}
 }
 
-// normExactBody is normBody under the exact contract.
-func (e *exec) normExactBody(op *backend.Op, m *matrix) func(lo, hi, worker int) {
-	in, out, cols, g, w, eps := e.bufs[op.A], e.bufs[op.Out], e.p.Bufs[op.A], op.Group, m.f32, float64(op.Eps)
-	return func(lo, hi, _ int) {
-		for r := lo; r < hi; r++ {
-			for start := r * cols; start < (r+1)*cols; start += g {
-				x, y := in[start:start+g], out[start:start+g]
-				inv := 1 / math.Sqrt(dot64(x, x)/float64(g)+eps)
-				for i, v := range x {
-					y[i] = float32(float64(v) * inv * float64(w[i]))
-				}
-			}
-		}
-	}
-}
-
-// ropeExactBody is ropeBody under the exact contract.
-func (e *exec) ropeExactBody(op *backend.Op) func(lo, hi, worker int) {
-	buf, cols, rs := e.bufs[op.A], e.p.Bufs[op.A], &e.ropes[op.Table]
-	heads, hd, half, neox := op.NHeads, op.HeadDim, op.RopeDim/2, op.Layout == backend.RopeNeoX
-	return func(lo, hi, _ int) {
-		for r := lo; r < hi; r++ {
-			cos, sin := rs.cos[r*rs.half:(r+1)*rs.half], rs.sin[r*rs.half:(r+1)*rs.half]
-			for h := 0; h < heads; h++ {
-				x := buf[r*cols+h*hd : r*cols+(h+1)*hd]
-				for i := 0; i < half; i++ {
-					a, b := 2*i, 2*i+1
-					if neox {
-						a, b = i, i+half
-					}
-					x0, x1, c, s := float64(x[a]), float64(x[b]), float64(cos[i]), float64(sin[i])
-					x[a] = float32(x0*c - x1*s)
-					x[b] = float32(x0*s + x1*c)
-				}
-			}
-		}
-	}
-}
-
 // attentionExactBody is attentionBody under the exact contract: scores,
 // their exponentials and the weighted values stay in float64 until the
 // head's output is rounded.

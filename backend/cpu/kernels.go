@@ -31,20 +31,17 @@ func (e *exec) embedBody(op *backend.Op, m *matrix) func(lo, hi, worker int) {
 
 // normBody: y = x / sqrt(mean(x²) + eps) * w over each group of Group
 // columns. The sum of squares is accumulated in float64 so long rows do not
-// lose precision.
-func (e *exec) normBody(op *backend.Op, m *matrix) func(lo, hi, worker int) {
+// lose precision; the scaling is done in F (float32, or float64 for the
+// exact level, exact.go), each y rounded once.
+func normBody[F float32 | float64](e *exec, op *backend.Op, m *matrix) func(lo, hi, worker int) {
 	in, out, cols, g, w, eps := e.bufs[op.A], e.bufs[op.Out], e.p.Bufs[op.A], op.Group, m.f32, float64(op.Eps)
 	return func(lo, hi, _ int) {
 		for r := lo; r < hi; r++ {
 			for start := r * cols; start < (r+1)*cols; start += g {
 				x, y := in[start:start+g], out[start:start+g]
-				var ss float64
-				for _, v := range x {
-					ss += float64(v) * float64(v)
-				}
-				inv := float32(1 / math.Sqrt(ss/float64(g)+eps))
+				inv := F(1 / math.Sqrt(dot64(x, x)/float64(g)+eps))
 				for i, v := range x {
-					y[i] = v * inv * w[i]
+					y[i] = float32(F(v) * inv * F(w[i]))
 				}
 			}
 		}
@@ -75,7 +72,9 @@ func (e *exec) matmulBody(op *backend.Op, m *matrix, bias *matrix) func(lo, hi, 
 	}
 }
 
-func (e *exec) ropeBody(op *backend.Op) func(lo, hi, worker int) {
+// ropeBody rotates each head's pairs by the row's angles, in F (float32,
+// or float64 for the exact level: each result rounded once).
+func ropeBody[F float32 | float64](e *exec, op *backend.Op) func(lo, hi, worker int) {
 	buf, cols, rs := e.bufs[op.A], e.p.Bufs[op.A], &e.ropes[op.Table]
 	heads, hd, half, neox := op.NHeads, op.HeadDim, op.RopeDim/2, op.Layout == backend.RopeNeoX
 	return func(lo, hi, _ int) {
@@ -88,9 +87,9 @@ func (e *exec) ropeBody(op *backend.Op) func(lo, hi, worker int) {
 					if neox {
 						a, b = i, i+half
 					}
-					x0, x1 := x[a], x[b]
-					x[a] = x0*cos[i] - x1*sin[i]
-					x[b] = x0*sin[i] + x1*cos[i]
+					x0, x1, c, s := F(x[a]), F(x[b]), F(cos[i]), F(sin[i])
+					x[a] = float32(x0*c - x1*s)
+					x[b] = float32(x0*s + x1*c)
 				}
 			}
 		}
