@@ -48,55 +48,39 @@ var q8Affine = map[string]bool{"Q4_1": true, "Q5_1": true}
 // q8aBlock is the bytes of a staged Q8_A block of 32.
 const q8aBlock = 36
 
-// levelsToQ8A writes the GGUF rows src of a q8Affine type t as staged
-// Q8_A blocks into dst: each block's d and m as stored and its levels,
-// read by dequantizing the block with d set to 1 and m to 0.
-func levelsToQ8A(t ggml.Type, src, dst []byte, scratch *[]byte, levels *[]float32) error {
-	bs := int(t.BlockBytes())
-	nb := len(src) / bs
-	if len(src) != nb*bs || len(dst) != nb*q8aBlock {
-		return fmt.Errorf("%d bytes of %s to %d of Q8_A", len(src), t, len(dst))
-	}
-	one := grow(scratch, len(src))
-	copy(one, src)
-	for b := range nb {
-		binary.LittleEndian.PutUint32(one[b*bs:], 0x3c00) // d = 1, m = 0
-	}
-	if cap(*levels) < 32*nb {
-		*levels = make([]float32, 32*nb)
-	}
-	lv := (*levels)[:32*nb]
-	if err := quant.Dequantize(t, one, lv); err != nil {
-		return err
-	}
-	for b := range nb {
-		o := dst[b*q8aBlock : (b+1)*q8aBlock]
-		copy(o[:4], src[b*bs:b*bs+4])
-		for i, l := range lv[32*b : 32*b+32] {
-			if l != float32(int8(l)) || l < 0 {
-				return fmt.Errorf("%s block %d has level %g, not one Q8_A holds", t, b, l)
-			}
-			o[4+i] = byte(int8(l))
-		}
-	}
-	return nil
+// int8Store is a block form with int8 levels that a q8Exact or q8Affine
+// type is staged in: each block's first head bytes (its f16 scale, and
+// for the affine types its min) as stored, then its 32 levels in [lo, hi].
+type int8Store struct {
+	name   string
+	head   int    // header bytes kept
+	unit   uint32 // the header that makes a block dequantize to its levels (d = 1, m = 0)
+	lo, hi float32
+	block  int // bytes of a staged block
 }
 
-// levelsToQ8 writes the GGUF rows src of a q8Exact type t as Q8_0 blocks
-// into dst: each block's scale as stored and its levels, read by
-// dequantizing the block with its scale set to 1 (scratch holds that
-// copy and the levels). It fails on a level that is not an integer in
-// [-127, 127], which no valid block of these types has.
-func levelsToQ8(t ggml.Type, src, dst []byte, scratch *[]byte, levels *[]float32) error {
+var (
+	storeQ8  = int8Store{name: "Q8_0", head: 2, unit: 0x3c00, lo: -127, hi: 127, block: q8Block}
+	storeQ8A = int8Store{name: "Q8_A", head: 4, unit: 0x3c00, lo: 0, hi: 31, block: q8aBlock}
+)
+
+// levels writes the GGUF rows src of type t as staged blocks into dst:
+// each block's header as stored and its levels, read by dequantizing the
+// block with its header set to unit (scratch holds that copy and the
+// levels). It fails on a level outside [lo, hi] or not an integer, which
+// no valid block of the types staged this way has.
+func (st int8Store) levels(t ggml.Type, src, dst []byte, scratch *[]byte, levels *[]float32) error {
 	bs := int(t.BlockBytes())
 	nb := len(src) / bs
-	if len(src) != nb*bs || len(dst) != nb*q8Block {
-		return fmt.Errorf("%d bytes of %s to %d of Q8_0", len(src), t, len(dst))
+	if len(src) != nb*bs || len(dst) != nb*st.block {
+		return fmt.Errorf("%d bytes of %s to %d of %s", len(src), t, len(dst), st.name)
 	}
 	one := grow(scratch, len(src))
 	copy(one, src)
 	for b := range nb {
-		binary.LittleEndian.PutUint16(one[b*bs:], 0x3c00) // 1.0
+		for i := range st.head {
+			one[b*bs+i] = byte(st.unit >> (8 * i))
+		}
 	}
 	if cap(*levels) < 32*nb {
 		*levels = make([]float32, 32*nb)
@@ -106,13 +90,13 @@ func levelsToQ8(t ggml.Type, src, dst []byte, scratch *[]byte, levels *[]float32
 		return err
 	}
 	for b := range nb {
-		o := dst[b*q8Block : (b+1)*q8Block]
-		copy(o[:2], src[b*bs:b*bs+2])
+		o := dst[b*st.block : (b+1)*st.block]
+		copy(o[:st.head], src[b*bs:b*bs+st.head])
 		for i, l := range lv[32*b : 32*b+32] {
-			if l != float32(int8(l)) || l < -127 {
-				return fmt.Errorf("%s block %d has level %g, not one Q8_0 holds", t, b, l)
+			if l != float32(int8(l)) || l < st.lo || l > st.hi {
+				return fmt.Errorf("%s block %d has level %g, not one %s holds", t, b, l, st.name)
 			}
-			o[2+i] = byte(int8(l))
+			o[st.head+i] = byte(int8(l))
 		}
 	}
 	return nil
@@ -403,9 +387,9 @@ func (pc *parallelConverter) convertTo(typ string, r0, r1 int, dst []byte) error
 // q8Affine one as Q8_A blocks), a chunk of rows at a time through host,
 // for the repack kernel.
 func (e *exec) stageQ8(staging uint64, w *backend.Weight, m *matInfo, host *[]byte) error {
-	toBlocks := levelsToQ8
+	st := storeQ8
 	if m.typ == "Q8_A" {
-		toBlocks = levelsToQ8A
+		st = storeQ8A
 	}
 	t := w.Tensor.GGML
 	srcRow := m.cols / 32 * int(t.BlockBytes())
@@ -418,7 +402,7 @@ func (e *exec) stageQ8(staging uint64, w *backend.Weight, m *matInfo, host *[]by
 	for r0 := 0; r0 < m.rows; r0 += step {
 		r1 := min(m.rows, r0+step)
 		b := grow(host, (r1-r0)*m.ggufRow)
-		if err := toBlocks(t, w.Data.Bytes[r0*srcRow:r1*srcRow], b, &scratch, &levels); err != nil {
+		if err := st.levels(t, w.Data.Bytes[r0*srcRow:r1*srcRow], b, &scratch, &levels); err != nil {
 			return fmt.Errorf("cuda: tensor %q: %w", m.name, err)
 		}
 		if err := e.copyIn(staging+uint64(r0)*uint64(m.ggufRow), b, fmt.Sprintf("tensor %q", m.name)); err != nil {

@@ -372,7 +372,7 @@ extern "C" __global__ void repack_q4_0(u8* dst, const u8* src, long long n, long
 }
 
 // repack_q8_a turns n staged Q8_A blocks (36 bytes: f16 d, f16 m, 32 int8
-// levels; convert.go's levelsToQ8A) into the device layout: the levels as
+// levels; convert.go's storeQ8A) into the device layout: the levels as
 // Q8_0's, the (d, m) pairs as u32 words from dOff.
 extern "C" __global__ void repack_q8_a(u8* dst, const u8* src, long long n, long long dOff) {
     PDL;

@@ -380,7 +380,7 @@ func TestLevelsToQ8(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := make([]byte, len(x)/32*q8Block)
-		if err := levelsToQ8(typ, src, dst, &scratch, &levels); err != nil {
+		if err := storeQ8.levels(typ, src, dst, &scratch, &levels); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		want, got := make([]float32, len(x)), make([]float32, len(x))
@@ -395,7 +395,7 @@ func TestLevelsToQ8(t *testing.T) {
 				t.Fatalf("%s: element %d is %g as Q8_0, %g as stored", name, i, got[i], want[i])
 			}
 		}
-		if err := levelsToQ8(typ, src[1:], dst, &scratch, &levels); err == nil {
+		if err := storeQ8.levels(typ, src[1:], dst, &scratch, &levels); err == nil {
 			t.Errorf("%s: a partial block converted", name)
 		}
 	}
@@ -405,7 +405,7 @@ func TestLevelsToQ8(t *testing.T) {
 		t.Fatal(err)
 	}
 	binary.LittleEndian.PutUint16(q51[2:], quant.F32ToF16(0.3)) // the first block's minimum
-	if err := levelsToQ8(ggml.Q5_1, q51, make([]byte, len(x)/32*q8Block), &scratch, &levels); err == nil {
+	if err := storeQ8.levels(ggml.Q5_1, q51, make([]byte, len(x)/32*q8Block), &scratch, &levels); err == nil {
 		t.Error("Q5_1 blocks with a fractional minimum converted to Q8_0")
 	}
 }
@@ -432,7 +432,7 @@ func TestLevelsToQ8A(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := make([]byte, len(x)/32*q8aBlock)
-		if err := levelsToQ8A(typ, src, dst, &scratch, &levels); err != nil {
+		if err := storeQ8A.levels(typ, src, dst, &scratch, &levels); err != nil {
 			t.Fatalf("%s: %v", typ, err)
 		}
 		want := make([]float32, len(x))
@@ -452,11 +452,11 @@ func TestLevelsToQ8A(t *testing.T) {
 				}
 			}
 		}
-		if err := levelsToQ8A(typ, src[1:], dst, &scratch, &levels); err == nil {
+		if err := storeQ8A.levels(typ, src[1:], dst, &scratch, &levels); err == nil {
 			t.Errorf("%s: a partial block converted", typ)
 		}
 	}
-	if err := levelsToQ8A(ggml.Q4_1, make([]byte, 20), make([]byte, 2*q8aBlock), &scratch, &levels); err == nil {
+	if err := storeQ8A.levels(ggml.Q4_1, make([]byte, 20), make([]byte, 2*q8aBlock), &scratch, &levels); err == nil {
 		t.Error("one block converted into room for two")
 	}
 }
