@@ -110,17 +110,8 @@ func TestExactAgainstCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer wp.Close()
-			opts := engine.Options{Context: 128, MaxBatch: 16}
-			cm, err := engine.Load(wp, cb, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cm.Close()
-			gm, err := engine.Load(wp, gpu, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gm.Close()
+			p := loadPair(t, wp, cb, gpu, engine.Options{Context: 128, MaxBatch: 16})
+			cm, gm := p.cpu, p.gpu
 			cs, err := cm.NewSequence()
 			if err != nil {
 				t.Fatal(err)
@@ -129,7 +120,6 @@ func TestExactAgainstCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &pair{t: t, cpu: cm, gpu: gm}
 			v := cm.Vocab()
 			same, rows := 0, 0
 			check := func(what string, want, got []float32) {

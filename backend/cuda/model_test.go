@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/backend/cpu"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/ggml"
@@ -81,6 +82,25 @@ type pair struct {
 	t        *testing.T
 	cpu, gpu *engine.Model
 	worst    float64
+}
+
+// loadPair loads w on the CPU backend cb and on gpu with opts; the models
+// close when the test ends.
+func loadPair(t *testing.T, w *weights.Provider, cb backend.Backend, gpu *Backend, opts engine.Options) *pair {
+	t.Helper()
+	p := &pair{t: t}
+	for _, side := range []struct {
+		m  **engine.Model
+		be backend.Backend
+	}{{&p.cpu, cb}, {&p.gpu, gpu}} {
+		m, err := engine.Load(w, side.be, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		*side.m = m
+	}
+	return p
 }
 
 // compare checks every row of logits ([rows, vocab]) for KL < limit.
@@ -160,16 +180,8 @@ func TestModelsAgainstCPU(t *testing.T) {
 			if vt.f16 {
 				opts.CacheType = "f16"
 			}
-			cm, err := engine.Load(w, cpu.New(2), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cm.Close()
-			gm, err := engine.Load(w, gpu, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gm.Close()
+			p := loadPair(t, w, cpu.New(2), gpu, opts)
+			cm, gm := p.cpu, p.gpu
 			// Prefill chunks of more than 8 rows multiply on cuBLAS in f16:
 			// activations round there (BF16 weights convert exactly). With
 			// Q8_0 and Q4_0 weights, whose products both backends feed
@@ -192,7 +204,6 @@ func TestModelsAgainstCPU(t *testing.T) {
 			// activations on cuBLAS too, KL reached 1.1e-4 on an H100.
 			// Both run a second time without cuBLAS, where they must agree
 			// to 1e-4 (but see below).
-			p := &pair{t: t, cpu: cm, gpu: gm}
 			limit := 1e-4
 			switch {
 			case strings.HasSuffix(path, "_0.gguf"):
@@ -506,17 +517,8 @@ func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 			}
 			defer wp.Close()
 			opts := engine.Options{Context: 128, MaxBatch: 16}
-			cm, err := engine.Load(wp, cpu.New(2), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cm.Close()
-			gm, err := engine.Load(wp, gpu, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gm.Close()
-			p := &pair{t: t, cpu: cm, gpu: gm}
+			p := loadPair(t, wp, cpu.New(2), gpu, opts)
+			cm, gm := p.cpu, p.gpu
 			cs, err := cm.NewSequence()
 			if err != nil {
 				t.Fatal(err)
