@@ -106,19 +106,12 @@ func geluMulExact(a, b, out []float32) {
 // their exponentials and the weighted values stay in float64 until the
 // head's output is rounded.
 func (e *exec) attentionExactBody(op *backend.Op) func(lo, hi, worker int) {
-	q, out, c := e.bufs[op.A], e.bufs[op.Out], &e.kv[op.Layer]
-	heads, hd, group, window := op.NHeads, op.HeadDim, op.NHeads/op.NKV, op.Window
-	cols, scale, softcap := heads*hd, float64(op.Scale), float64(op.Cap)
+	out, c := e.bufs[op.Out], &e.kv[op.Layer]
+	hd, cols, scale, softcap := op.HeadDim, op.NHeads*op.HeadDim, float64(op.Scale), float64(op.Cap)
 	return func(lo, hi, worker int) {
 		for item := lo; item < hi; item++ {
-			r, h := item/heads, item%heads
-			pos := int(e.batch.Pos[r])
-			first := 0
-			if window > 0 {
-				first = max(0, pos-window+1)
-			}
-			base := int(e.batch.Slots[r])*c.capacity*c.kvDim + (h/group)*hd
-			qh := q[r*cols+h*hd : r*cols+(h+1)*hd]
+			r, first, pos, base, qh := e.attnItem(op, c, item)
+			h := item % op.NHeads
 			scores := e.exactScratch[worker][:pos-first+1]
 			acc := e.exactScratch[worker][len(e.exactScratch[worker])-hd:]
 			maxS := math.Inf(-1)

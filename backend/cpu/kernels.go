@@ -113,24 +113,33 @@ func (e *exec) storeKVBody(op *backend.Op) func(lo, hi, worker int) {
 	}
 }
 
+// attnItem locates work item item of an attention op: its row and head,
+// the visible positions [first, pos] (a window's last ones, or all), the
+// cache offset of the head's kv head in the row's slot, and the head's
+// query.
+func (e *exec) attnItem(op *backend.Op, c *kvCache, item int) (r, first, pos, base int, qh []float32) {
+	heads, hd := op.NHeads, op.HeadDim
+	r, h := item/heads, item%heads
+	pos = int(e.batch.Pos[r])
+	if op.Window > 0 {
+		first = max(0, pos-op.Window+1)
+	}
+	base = int(e.batch.Slots[r])*c.capacity*c.kvDim + (h/(heads/op.NKV))*hd
+	q := e.bufs[op.A]
+	return r, first, pos, base, q[(r*heads+h)*hd : (r*heads+h+1)*hd]
+}
+
 // attentionBody handles one (row, head) pair per item: scores against every
 // visible cached position, a softmax, and the weighted sum of values. The
 // visible positions of a ring cache are at most two runs of slots.
 func (e *exec) attentionBody(op *backend.Op) func(lo, hi, worker int) {
-	q, out, c := e.bufs[op.A], e.bufs[op.Out], &e.kv[op.Layer]
-	heads, hd, group, window := op.NHeads, op.HeadDim, op.NHeads/op.NKV, op.Window
-	cols, scale, softcap := heads*hd, op.Scale, op.Cap
+	out, c := e.bufs[op.Out], &e.kv[op.Layer]
+	hd, cols, scale, softcap := op.HeadDim, op.NHeads*op.HeadDim, op.Scale, op.Cap
 	k := e.isa
 	return func(lo, hi, worker int) {
 		for item := lo; item < hi; item++ {
-			r, h := item/heads, item%heads
-			pos := int(e.batch.Pos[r])
-			first := 0
-			if window > 0 {
-				first = max(0, pos-window+1)
-			}
-			base := int(e.batch.Slots[r])*c.capacity*c.kvDim + (h/group)*hd
-			qh := q[r*cols+h*hd : r*cols+(h+1)*hd]
+			r, first, pos, base, qh := e.attnItem(op, c, item)
+			h := item % op.NHeads
 			scores := e.scoreScratch[worker][:pos-first+1]
 			for j := first; j <= pos; {
 				slot := j % c.capacity

@@ -111,16 +111,8 @@ func TestExactAgainstCPU(t *testing.T) {
 			}
 			defer wp.Close()
 			p := loadPair(t, wp, cb, gpu, engine.Options{Context: 128, MaxBatch: 16})
-			cm, gm := p.cpu, p.gpu
-			cs, err := cm.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs, err := gm.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
-			v := cm.Vocab()
+			cs, gs := p.sequences()
+			v := p.cpu.Vocab()
 			same, rows := 0, 0
 			check := func(what string, want, got []float32) {
 				t.Helper()

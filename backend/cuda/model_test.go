@@ -84,6 +84,19 @@ type pair struct {
 	worst    float64
 }
 
+// sequences starts a sequence on each backend's model.
+func (p *pair) sequences() (cs, gs *engine.Sequence) {
+	p.t.Helper()
+	cs, err := p.cpu.NewSequence()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if gs, err = p.gpu.NewSequence(); err != nil {
+		p.t.Fatal(err)
+	}
+	return cs, gs
+}
+
 // loadPair loads w on the CPU backend cb and on gpu with opts; the models
 // close when the test ends.
 func loadPair(t *testing.T, w *weights.Provider, cb backend.Backend, gpu *Backend, opts engine.Options) *pair {
@@ -518,15 +531,8 @@ func TestTrainedQuantizedAgainstCPU(t *testing.T) {
 			defer wp.Close()
 			opts := engine.Options{Context: 128, MaxBatch: 16}
 			p := loadPair(t, wp, cpu.New(2), gpu, opts)
-			cm, gm := p.cpu, p.gpu
-			cs, err := cm.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs, err := gm.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
+			cm := p.cpu
+			cs, gs := p.sequences()
 			rng := rand.New(rand.NewPCG(7, uint64(typ)))
 			prompt := make([]int32, 48)
 			for i := range prompt {
