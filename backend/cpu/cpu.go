@@ -47,7 +47,7 @@ func New(threads int) *Backend {
 // reference other backends are checked against. Slow.
 func NewExact(threads int) *Backend {
 	b := New(threads)
-	b.isa, b.err = exactLevel, nil
+	b.isa, b.err = levelNamed("exact")
 	return b
 }
 

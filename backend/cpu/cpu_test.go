@@ -3,6 +3,8 @@ package cpu_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weftlm/weft/internal/testmodel"
@@ -63,7 +65,8 @@ func relErr(a, b []float32) float64 { return testmodel.RelErr(a, b) }
 // fuses them, so it must agree to 1e-5 on float weights and, on quantized
 // ones, to what those roundings become if they move an activation across a
 // rounding boundary of the 8-bit quantization (measured ≤ 3e-7 on these
-// models; bound 1e-3).
+// models; bound 1e-3), as must the exact level, whose SIMD kernels (on
+// VNNI machines) and portable ones must agree bit for bit.
 func TestLevelsAgree(t *testing.T) {
 	root := filepath.Join("..", "..", "testdata", "models")
 	cases := []struct {
@@ -79,23 +82,27 @@ func TestLevelsAgree(t *testing.T) {
 		{filepath.Join(root, "quant", "qwen2-256-Q6_K.gguf"), false},
 		{filepath.Join(root, "quant", "llama3-tiny-mlx4"), true},
 	}
-	levels := []string{"avx512vnni", "avx2", "go", "exact"}
+	levels := []string{"avx512vnni", "avx2", "go", "exact", "exact-go"}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.path), func(t *testing.T) {
 			if _, err := os.Stat(c.path); err != nil {
 				t.Skipf("fixture missing: %v", err)
 			}
 			ref := runModel(t, c.path, "", 2)
+			exact := map[string][]float32{}
 			for _, level := range levels {
 				t.Setenv("WEFT_CPU_KERNELS", level)
 				if cpu.New(1).Kernels() == "" {
 					continue // not on this machine
 				}
 				got := runModel(t, c.path, level, 2)
+				if strings.HasPrefix(level, "exact") {
+					exact[level] = got
+				}
 				e := relErr(got, ref)
 				bound := 1e-3
 				switch {
-				case level != "go" && level != "exact":
+				case level != "go" && level != "exact" && level != "exact-go":
 					bound = 0
 				case c.float:
 					bound = 1e-5
@@ -104,6 +111,11 @@ func TestLevelsAgree(t *testing.T) {
 				if e > bound {
 					t.Errorf("%s: logits differ from the best level's by %.3g (bound %g)", level, e, bound)
 				}
+			}
+			// The exact level's SIMD kernels keep its contract: the same
+			// logits as the portable ones, bit for bit.
+			if a, b := exact["exact"], exact["exact-go"]; a != nil && b != nil && !slices.Equal(a, b) {
+				t.Errorf("exact and exact-go differ by %.3g", relErr(a, b))
 			}
 		})
 	}

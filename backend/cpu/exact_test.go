@@ -249,3 +249,41 @@ func TestInt8ActivationsContract(t *testing.T) {
 		t.Errorf("%d packed quantized types, want the contract's 12", n)
 	}
 }
+
+// TestExactLevelsAgree: every exact level this machine has (the VNNI
+// kernels where present) multiplies every format bit for bit as the
+// portable float64 kernels do, for one column and for several.
+func TestExactLevelsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	const rows = 37
+	for _, k := range isas {
+		if !k.exact {
+			continue
+		}
+		for typ, f := range formats {
+			cols := 3 * int(typ.BlockSize())
+			if f.family == famFloat {
+				cols = 75
+			}
+			raw, _ := randomWeight(t, typ, rows, cols, rng)
+			p, err := pack(f, rows, cols, raw, k.signed8, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{1, 3, k.group, k.group + 3} {
+				lay := layoutFor(f, cols, min(n, k.group))
+				act := make([]byte, lay.bytes(n))
+				for c := range n {
+					k.convert(lay, randFloats(rng, cols, 1), act, c)
+				}
+				got, want := make([]float32, n*rows), make([]float32, n*rows)
+				scratch := make([]float32, tileRows*k.group)
+				p.mulTiles(k, act, lay, n, got, rows, 0, p.tiles, scratch)
+				p.mulTiles(&isa{group: k.group, gemm: gemmAcc[float64, float32]}, act, lay, n, want, rows, 0, p.tiles, scratch)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s: %s, %d columns: differs from the portable float64 kernels", k.name, typ, n)
+				}
+			}
+		}
+	}
+}

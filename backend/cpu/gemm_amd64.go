@@ -91,6 +91,31 @@ var (
 	}
 )
 
+// vnniExactKernels are the exact level's kernels on AVX-512 VNNI
+// (asmgen's VNNIX: float64 accumulators, exact.go's contract).
+var vnniExactKernels = map[family]map[string]kernelPair{
+	famLegacy: {
+		"U4":      pair("legacyU4VNNIX1", "legacyU4VNNIX8", 8),
+		"U4Min":   pair("legacyU4MinVNNIX1", "legacyU4MinVNNIX8", 8),
+		"U4H1":    pair("legacyU4H1VNNIX1", "legacyU4H1VNNIX8", 8),
+		"U4H1Min": pair("legacyU4H1MinVNNIX1", "legacyU4H1MinVNNIX8", 8),
+		"U8":      pair("legacyU8VNNIX1", "legacyU8VNNIX8", 8),
+	},
+	famK: {
+		"32U4Min":   pair("k32U4MinVNNIX1", "k32U4MinVNNIX4", 4),
+		"32U4H1Min": pair("k32U4H1MinVNNIX1", "k32U4H1MinVNNIX4", 4),
+		"32U8":      pair("k32U8VNNIX1", "k32U8VNNIX4", 4),
+		"16U4H2":    pair("k16U4H2VNNIX1", "k16U4H2VNNIX4", 4),
+		"16U4":      pair("k16U4VNNIX1", "k16U4VNNIX4", 4),
+		"16U4Min":   pair("k16U4MinVNNIX1", "k16U4MinVNNIX4", 4),
+	},
+	famFloat: {
+		"F32":  pair("floatF32VNNIX1", "floatF32VNNIX8", 8),
+		"F16":  pair("floatF16VNNIX1", "floatF16VNNIX8", 8),
+		"BF16": pair("floatBF16VNNIX1", "floatBF16VNNIX8", 8),
+	},
+}
+
 // hasAVX2 reports the AVX2 level (and with it FMA and F16C).
 var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
@@ -102,16 +127,25 @@ func init() {
 	avx2 := &isa{name: "avx2", group: 4, signed8: true}
 	avx2.setVector()
 	avx2.gemm = func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
-		gemmAsm(avx2Kernels, p, w, tiles, act, stride, cols, dst, ld)
+		gemmAsm(avx2Kernels, gemmGo, p, w, tiles, act, stride, cols, dst, ld)
 	}
 	isas = append([]*isa{avx2}, isas...)
 	if x.HasAVX512F && x.HasAVX512VL && x.HasAVX512BW && x.HasAVX512VNNI {
 		vnni := &isa{name: "avx512vnni", group: 8}
 		vnni.setVector()
 		vnni.gemm = func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
-			gemmAsm(vnniKernels, p, w, tiles, act, stride, cols, dst, ld)
+			gemmAsm(vnniKernels, gemmGo, p, w, tiles, act, stride, cols, dst, ld)
 		}
 		isas = append([]*isa{vnni}, isas...)
+		// The exact level's products on VNNI, its other kernels as the
+		// portable exact level's; that one stays, as "exact-go".
+		x := *exactLevel
+		x.group = 8
+		x.gemm = func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+			gemmAsm(vnniExactKernels, gemmAcc[float64, float32], p, w, tiles, act, stride, cols, dst, ld)
+		}
+		exactLevel.name = "exact-go"
+		isas = append(isas, &x)
 	}
 }
 
@@ -123,12 +157,13 @@ func (k *isa) setVector() {
 }
 
 // gemmAsm runs the assembly kernels of the packed matrix's format (the
-// portable ones for formats without them). The slices are checked against
-// the extents the kernels touch.
-func gemmAsm(kernels map[family]map[string]kernelPair, p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
+// portable ones, fallback, for formats without them). The slices are
+// checked against the extents the kernels touch.
+func gemmAsm(kernels map[family]map[string]kernelPair, fallback func(p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int),
+	p *packed, w []byte, tiles int, act []byte, stride, cols int, dst []float32, ld int) {
 	k, ok := kernels[p.f.family][p.variant]
 	if !ok {
-		gemmGo(p, w, tiles, act, stride, cols, dst, ld)
+		fallback(p, w, tiles, act, stride, cols, dst, ld)
 		return
 	}
 	rec := layoutFor(p.f, p.cols, 1).rec

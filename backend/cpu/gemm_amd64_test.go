@@ -17,7 +17,7 @@ import (
 // registered.
 func TestKernelTables(t *testing.T) {
 	for typ, f := range formats {
-		for name, tab := range map[string]map[family]map[string]kernelPair{"avx2": avx2Kernels, "avx512vnni": vnniKernels} {
+		for name, tab := range map[string]map[family]map[string]kernelPair{"avx2": avx2Kernels, "avx512vnni": vnniKernels, "exact": vnniExactKernels} {
 			// AVX2 stores offset-128 levels signed (isa.signed8)
 			p := &packed{f: f, signed8: name == "avx2" && f.offset == 128 && !f.u4}
 			if _, ok := tab[f.family][variantOf(p)]; !ok {
@@ -29,7 +29,7 @@ func TestKernelTables(t *testing.T) {
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C {
 		want++
 		if cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
-			want++
+			want += 2 // and the exact level's VNNI kernels
 		}
 	}
 	if len(isas) != want {

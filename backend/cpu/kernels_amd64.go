@@ -8,7 +8,13 @@ package cpu
 func legacyU4VNNI1(a *kargs)
 
 //go:noescape
+func legacyU4VNNIX1(a *kargs)
+
+//go:noescape
 func legacyU4VNNI8(a *kargs)
+
+//go:noescape
+func legacyU4VNNIX8(a *kargs)
 
 //go:noescape
 func legacyU4AVX21(a *kargs)
@@ -20,7 +26,13 @@ func legacyU4AVX24(a *kargs)
 func legacyU4MinVNNI1(a *kargs)
 
 //go:noescape
+func legacyU4MinVNNIX1(a *kargs)
+
+//go:noescape
 func legacyU4MinVNNI8(a *kargs)
+
+//go:noescape
+func legacyU4MinVNNIX8(a *kargs)
 
 //go:noescape
 func legacyU4MinAVX21(a *kargs)
@@ -32,7 +44,13 @@ func legacyU4MinAVX24(a *kargs)
 func legacyU4H1VNNI1(a *kargs)
 
 //go:noescape
+func legacyU4H1VNNIX1(a *kargs)
+
+//go:noescape
 func legacyU4H1VNNI8(a *kargs)
+
+//go:noescape
+func legacyU4H1VNNIX8(a *kargs)
 
 //go:noescape
 func legacyU4H1AVX21(a *kargs)
@@ -44,7 +62,13 @@ func legacyU4H1AVX24(a *kargs)
 func legacyU4H1MinVNNI1(a *kargs)
 
 //go:noescape
+func legacyU4H1MinVNNIX1(a *kargs)
+
+//go:noescape
 func legacyU4H1MinVNNI8(a *kargs)
+
+//go:noescape
+func legacyU4H1MinVNNIX8(a *kargs)
 
 //go:noescape
 func legacyU4H1MinAVX21(a *kargs)
@@ -56,7 +80,13 @@ func legacyU4H1MinAVX24(a *kargs)
 func legacyU8VNNI1(a *kargs)
 
 //go:noescape
+func legacyU8VNNIX1(a *kargs)
+
+//go:noescape
 func legacyU8VNNI8(a *kargs)
+
+//go:noescape
+func legacyU8VNNIX8(a *kargs)
 
 //go:noescape
 func legacyS8AVX21(a *kargs)
@@ -68,7 +98,13 @@ func legacyS8AVX24(a *kargs)
 func k32U4MinVNNI1(a *kargs)
 
 //go:noescape
+func k32U4MinVNNIX1(a *kargs)
+
+//go:noescape
 func k32U4MinVNNI4(a *kargs)
+
+//go:noescape
+func k32U4MinVNNIX4(a *kargs)
 
 //go:noescape
 func k32U4MinAVX21(a *kargs)
@@ -80,7 +116,13 @@ func k32U4MinAVX22(a *kargs)
 func k32U4H1MinVNNI1(a *kargs)
 
 //go:noescape
+func k32U4H1MinVNNIX1(a *kargs)
+
+//go:noescape
 func k32U4H1MinVNNI4(a *kargs)
+
+//go:noescape
+func k32U4H1MinVNNIX4(a *kargs)
 
 //go:noescape
 func k32U4H1MinAVX21(a *kargs)
@@ -92,7 +134,13 @@ func k32U4H1MinAVX22(a *kargs)
 func k16U4H2VNNI1(a *kargs)
 
 //go:noescape
+func k16U4H2VNNIX1(a *kargs)
+
+//go:noescape
 func k16U4H2VNNI4(a *kargs)
+
+//go:noescape
+func k16U4H2VNNIX4(a *kargs)
 
 //go:noescape
 func k16U4H2AVX21(a *kargs)
@@ -104,7 +152,13 @@ func k16U4H2AVX22(a *kargs)
 func k16U4VNNI1(a *kargs)
 
 //go:noescape
+func k16U4VNNIX1(a *kargs)
+
+//go:noescape
 func k16U4VNNI4(a *kargs)
+
+//go:noescape
+func k16U4VNNIX4(a *kargs)
 
 //go:noescape
 func k16U4AVX21(a *kargs)
@@ -116,7 +170,13 @@ func k16U4AVX22(a *kargs)
 func k16U4MinVNNI1(a *kargs)
 
 //go:noescape
+func k16U4MinVNNIX1(a *kargs)
+
+//go:noescape
 func k16U4MinVNNI4(a *kargs)
+
+//go:noescape
+func k16U4MinVNNIX4(a *kargs)
 
 //go:noescape
 func k16U4MinAVX21(a *kargs)
@@ -128,7 +188,13 @@ func k16U4MinAVX22(a *kargs)
 func k32U8VNNI1(a *kargs)
 
 //go:noescape
+func k32U8VNNIX1(a *kargs)
+
+//go:noescape
 func k32U8VNNI4(a *kargs)
+
+//go:noescape
+func k32U8VNNIX4(a *kargs)
 
 //go:noescape
 func k32S8AVX21(a *kargs)
@@ -140,7 +206,13 @@ func k32S8AVX22(a *kargs)
 func floatF32VNNI1(a *kargs)
 
 //go:noescape
+func floatF32VNNIX1(a *kargs)
+
+//go:noescape
 func floatF32VNNI8(a *kargs)
+
+//go:noescape
+func floatF32VNNIX8(a *kargs)
 
 //go:noescape
 func floatF32AVX21(a *kargs)
@@ -152,7 +224,13 @@ func floatF32AVX24(a *kargs)
 func floatF16VNNI1(a *kargs)
 
 //go:noescape
+func floatF16VNNIX1(a *kargs)
+
+//go:noescape
 func floatF16VNNI8(a *kargs)
+
+//go:noescape
+func floatF16VNNIX8(a *kargs)
 
 //go:noescape
 func floatF16AVX21(a *kargs)
@@ -164,7 +242,13 @@ func floatF16AVX24(a *kargs)
 func floatBF16VNNI1(a *kargs)
 
 //go:noescape
+func floatBF16VNNIX1(a *kargs)
+
+//go:noescape
 func floatBF16VNNI8(a *kargs)
+
+//go:noescape
+func floatBF16VNNIX8(a *kargs)
 
 //go:noescape
 func floatBF16AVX21(a *kargs)
@@ -174,62 +258,90 @@ func floatBF16AVX24(a *kargs)
 
 // kernelIDs numbers the kernels for callKernel.
 var kernelIDs = map[string]int{
-	"legacyU4VNNI1":      0,
-	"legacyU4VNNI8":      1,
-	"legacyU4AVX21":      2,
-	"legacyU4AVX24":      3,
-	"legacyU4MinVNNI1":   4,
-	"legacyU4MinVNNI8":   5,
-	"legacyU4MinAVX21":   6,
-	"legacyU4MinAVX24":   7,
-	"legacyU4H1VNNI1":    8,
-	"legacyU4H1VNNI8":    9,
-	"legacyU4H1AVX21":    10,
-	"legacyU4H1AVX24":    11,
-	"legacyU4H1MinVNNI1": 12,
-	"legacyU4H1MinVNNI8": 13,
-	"legacyU4H1MinAVX21": 14,
-	"legacyU4H1MinAVX24": 15,
-	"legacyU8VNNI1":      16,
-	"legacyU8VNNI8":      17,
-	"legacyS8AVX21":      18,
-	"legacyS8AVX24":      19,
-	"k32U4MinVNNI1":      20,
-	"k32U4MinVNNI4":      21,
-	"k32U4MinAVX21":      22,
-	"k32U4MinAVX22":      23,
-	"k32U4H1MinVNNI1":    24,
-	"k32U4H1MinVNNI4":    25,
-	"k32U4H1MinAVX21":    26,
-	"k32U4H1MinAVX22":    27,
-	"k16U4H2VNNI1":       28,
-	"k16U4H2VNNI4":       29,
-	"k16U4H2AVX21":       30,
-	"k16U4H2AVX22":       31,
-	"k16U4VNNI1":         32,
-	"k16U4VNNI4":         33,
-	"k16U4AVX21":         34,
-	"k16U4AVX22":         35,
-	"k16U4MinVNNI1":      36,
-	"k16U4MinVNNI4":      37,
-	"k16U4MinAVX21":      38,
-	"k16U4MinAVX22":      39,
-	"k32U8VNNI1":         40,
-	"k32U8VNNI4":         41,
-	"k32S8AVX21":         42,
-	"k32S8AVX22":         43,
-	"floatF32VNNI1":      44,
-	"floatF32VNNI8":      45,
-	"floatF32AVX21":      46,
-	"floatF32AVX24":      47,
-	"floatF16VNNI1":      48,
-	"floatF16VNNI8":      49,
-	"floatF16AVX21":      50,
-	"floatF16AVX24":      51,
-	"floatBF16VNNI1":     52,
-	"floatBF16VNNI8":     53,
-	"floatBF16AVX21":     54,
-	"floatBF16AVX24":     55,
+	"legacyU4VNNI1":       0,
+	"legacyU4VNNIX1":      1,
+	"legacyU4VNNI8":       2,
+	"legacyU4VNNIX8":      3,
+	"legacyU4AVX21":       4,
+	"legacyU4AVX24":       5,
+	"legacyU4MinVNNI1":    6,
+	"legacyU4MinVNNIX1":   7,
+	"legacyU4MinVNNI8":    8,
+	"legacyU4MinVNNIX8":   9,
+	"legacyU4MinAVX21":    10,
+	"legacyU4MinAVX24":    11,
+	"legacyU4H1VNNI1":     12,
+	"legacyU4H1VNNIX1":    13,
+	"legacyU4H1VNNI8":     14,
+	"legacyU4H1VNNIX8":    15,
+	"legacyU4H1AVX21":     16,
+	"legacyU4H1AVX24":     17,
+	"legacyU4H1MinVNNI1":  18,
+	"legacyU4H1MinVNNIX1": 19,
+	"legacyU4H1MinVNNI8":  20,
+	"legacyU4H1MinVNNIX8": 21,
+	"legacyU4H1MinAVX21":  22,
+	"legacyU4H1MinAVX24":  23,
+	"legacyU8VNNI1":       24,
+	"legacyU8VNNIX1":      25,
+	"legacyU8VNNI8":       26,
+	"legacyU8VNNIX8":      27,
+	"legacyS8AVX21":       28,
+	"legacyS8AVX24":       29,
+	"k32U4MinVNNI1":       30,
+	"k32U4MinVNNIX1":      31,
+	"k32U4MinVNNI4":       32,
+	"k32U4MinVNNIX4":      33,
+	"k32U4MinAVX21":       34,
+	"k32U4MinAVX22":       35,
+	"k32U4H1MinVNNI1":     36,
+	"k32U4H1MinVNNIX1":    37,
+	"k32U4H1MinVNNI4":     38,
+	"k32U4H1MinVNNIX4":    39,
+	"k32U4H1MinAVX21":     40,
+	"k32U4H1MinAVX22":     41,
+	"k16U4H2VNNI1":        42,
+	"k16U4H2VNNIX1":       43,
+	"k16U4H2VNNI4":        44,
+	"k16U4H2VNNIX4":       45,
+	"k16U4H2AVX21":        46,
+	"k16U4H2AVX22":        47,
+	"k16U4VNNI1":          48,
+	"k16U4VNNIX1":         49,
+	"k16U4VNNI4":          50,
+	"k16U4VNNIX4":         51,
+	"k16U4AVX21":          52,
+	"k16U4AVX22":          53,
+	"k16U4MinVNNI1":       54,
+	"k16U4MinVNNIX1":      55,
+	"k16U4MinVNNI4":       56,
+	"k16U4MinVNNIX4":      57,
+	"k16U4MinAVX21":       58,
+	"k16U4MinAVX22":       59,
+	"k32U8VNNI1":          60,
+	"k32U8VNNIX1":         61,
+	"k32U8VNNI4":          62,
+	"k32U8VNNIX4":         63,
+	"k32S8AVX21":          64,
+	"k32S8AVX22":          65,
+	"floatF32VNNI1":       66,
+	"floatF32VNNIX1":      67,
+	"floatF32VNNI8":       68,
+	"floatF32VNNIX8":      69,
+	"floatF32AVX21":       70,
+	"floatF32AVX24":       71,
+	"floatF16VNNI1":       72,
+	"floatF16VNNIX1":      73,
+	"floatF16VNNI8":       74,
+	"floatF16VNNIX8":      75,
+	"floatF16AVX21":       76,
+	"floatF16AVX24":       77,
+	"floatBF16VNNI1":      78,
+	"floatBF16VNNIX1":     79,
+	"floatBF16VNNI8":      80,
+	"floatBF16VNNIX8":     81,
+	"floatBF16AVX21":      82,
+	"floatBF16AVX24":      83,
 }
 
 // callKernel runs kernel id on a.
@@ -238,114 +350,170 @@ func callKernel(id int, a *kargs) {
 	case 0:
 		legacyU4VNNI1(a)
 	case 1:
-		legacyU4VNNI8(a)
+		legacyU4VNNIX1(a)
 	case 2:
-		legacyU4AVX21(a)
+		legacyU4VNNI8(a)
 	case 3:
-		legacyU4AVX24(a)
+		legacyU4VNNIX8(a)
 	case 4:
-		legacyU4MinVNNI1(a)
+		legacyU4AVX21(a)
 	case 5:
-		legacyU4MinVNNI8(a)
+		legacyU4AVX24(a)
 	case 6:
-		legacyU4MinAVX21(a)
+		legacyU4MinVNNI1(a)
 	case 7:
-		legacyU4MinAVX24(a)
+		legacyU4MinVNNIX1(a)
 	case 8:
-		legacyU4H1VNNI1(a)
+		legacyU4MinVNNI8(a)
 	case 9:
-		legacyU4H1VNNI8(a)
+		legacyU4MinVNNIX8(a)
 	case 10:
-		legacyU4H1AVX21(a)
+		legacyU4MinAVX21(a)
 	case 11:
-		legacyU4H1AVX24(a)
+		legacyU4MinAVX24(a)
 	case 12:
-		legacyU4H1MinVNNI1(a)
+		legacyU4H1VNNI1(a)
 	case 13:
-		legacyU4H1MinVNNI8(a)
+		legacyU4H1VNNIX1(a)
 	case 14:
-		legacyU4H1MinAVX21(a)
+		legacyU4H1VNNI8(a)
 	case 15:
-		legacyU4H1MinAVX24(a)
+		legacyU4H1VNNIX8(a)
 	case 16:
-		legacyU8VNNI1(a)
+		legacyU4H1AVX21(a)
 	case 17:
-		legacyU8VNNI8(a)
+		legacyU4H1AVX24(a)
 	case 18:
-		legacyS8AVX21(a)
+		legacyU4H1MinVNNI1(a)
 	case 19:
-		legacyS8AVX24(a)
+		legacyU4H1MinVNNIX1(a)
 	case 20:
-		k32U4MinVNNI1(a)
+		legacyU4H1MinVNNI8(a)
 	case 21:
-		k32U4MinVNNI4(a)
+		legacyU4H1MinVNNIX8(a)
 	case 22:
-		k32U4MinAVX21(a)
+		legacyU4H1MinAVX21(a)
 	case 23:
-		k32U4MinAVX22(a)
+		legacyU4H1MinAVX24(a)
 	case 24:
-		k32U4H1MinVNNI1(a)
+		legacyU8VNNI1(a)
 	case 25:
-		k32U4H1MinVNNI4(a)
+		legacyU8VNNIX1(a)
 	case 26:
-		k32U4H1MinAVX21(a)
+		legacyU8VNNI8(a)
 	case 27:
-		k32U4H1MinAVX22(a)
+		legacyU8VNNIX8(a)
 	case 28:
-		k16U4H2VNNI1(a)
+		legacyS8AVX21(a)
 	case 29:
-		k16U4H2VNNI4(a)
+		legacyS8AVX24(a)
 	case 30:
-		k16U4H2AVX21(a)
+		k32U4MinVNNI1(a)
 	case 31:
-		k16U4H2AVX22(a)
+		k32U4MinVNNIX1(a)
 	case 32:
-		k16U4VNNI1(a)
+		k32U4MinVNNI4(a)
 	case 33:
-		k16U4VNNI4(a)
+		k32U4MinVNNIX4(a)
 	case 34:
-		k16U4AVX21(a)
+		k32U4MinAVX21(a)
 	case 35:
-		k16U4AVX22(a)
+		k32U4MinAVX22(a)
 	case 36:
-		k16U4MinVNNI1(a)
+		k32U4H1MinVNNI1(a)
 	case 37:
-		k16U4MinVNNI4(a)
+		k32U4H1MinVNNIX1(a)
 	case 38:
-		k16U4MinAVX21(a)
+		k32U4H1MinVNNI4(a)
 	case 39:
-		k16U4MinAVX22(a)
+		k32U4H1MinVNNIX4(a)
 	case 40:
-		k32U8VNNI1(a)
+		k32U4H1MinAVX21(a)
 	case 41:
-		k32U8VNNI4(a)
+		k32U4H1MinAVX22(a)
 	case 42:
-		k32S8AVX21(a)
+		k16U4H2VNNI1(a)
 	case 43:
-		k32S8AVX22(a)
+		k16U4H2VNNIX1(a)
 	case 44:
-		floatF32VNNI1(a)
+		k16U4H2VNNI4(a)
 	case 45:
-		floatF32VNNI8(a)
+		k16U4H2VNNIX4(a)
 	case 46:
-		floatF32AVX21(a)
+		k16U4H2AVX21(a)
 	case 47:
-		floatF32AVX24(a)
+		k16U4H2AVX22(a)
 	case 48:
-		floatF16VNNI1(a)
+		k16U4VNNI1(a)
 	case 49:
-		floatF16VNNI8(a)
+		k16U4VNNIX1(a)
 	case 50:
-		floatF16AVX21(a)
+		k16U4VNNI4(a)
 	case 51:
-		floatF16AVX24(a)
+		k16U4VNNIX4(a)
 	case 52:
-		floatBF16VNNI1(a)
+		k16U4AVX21(a)
 	case 53:
-		floatBF16VNNI8(a)
+		k16U4AVX22(a)
 	case 54:
-		floatBF16AVX21(a)
+		k16U4MinVNNI1(a)
 	case 55:
+		k16U4MinVNNIX1(a)
+	case 56:
+		k16U4MinVNNI4(a)
+	case 57:
+		k16U4MinVNNIX4(a)
+	case 58:
+		k16U4MinAVX21(a)
+	case 59:
+		k16U4MinAVX22(a)
+	case 60:
+		k32U8VNNI1(a)
+	case 61:
+		k32U8VNNIX1(a)
+	case 62:
+		k32U8VNNI4(a)
+	case 63:
+		k32U8VNNIX4(a)
+	case 64:
+		k32S8AVX21(a)
+	case 65:
+		k32S8AVX22(a)
+	case 66:
+		floatF32VNNI1(a)
+	case 67:
+		floatF32VNNIX1(a)
+	case 68:
+		floatF32VNNI8(a)
+	case 69:
+		floatF32VNNIX8(a)
+	case 70:
+		floatF32AVX21(a)
+	case 71:
+		floatF32AVX24(a)
+	case 72:
+		floatF16VNNI1(a)
+	case 73:
+		floatF16VNNIX1(a)
+	case 74:
+		floatF16VNNI8(a)
+	case 75:
+		floatF16VNNIX8(a)
+	case 76:
+		floatF16AVX21(a)
+	case 77:
+		floatF16AVX24(a)
+	case 78:
+		floatBF16VNNI1(a)
+	case 79:
+		floatBF16VNNIX1(a)
+	case 80:
+		floatBF16VNNI8(a)
+	case 81:
+		floatBF16VNNIX8(a)
+	case 82:
+		floatBF16AVX21(a)
+	case 83:
 		floatBF16AVX24(a)
 	}
 }

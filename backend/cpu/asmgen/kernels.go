@@ -34,6 +34,9 @@ func (g *gen) legacy(v variant, is isa, cols int) {
 	ts := make([]string, cols)
 	for c := range cols {
 		acc[c] = r.get()
+		if is.exact {
+			acc[c] = zmm(acc[c])
+		}
 	}
 	for c := range cols {
 		ts[c] = r.get()
@@ -114,15 +117,13 @@ func (g *gen) legacy(v variant, is isa, cols int) {
 	}
 	g.op("VCVTPH2PS (BX), %s", dw)
 	for c := range cols {
-		g.op("VCVTDQ2PS %s, %s", ts[c], ts[c])
-		g.scaleFMA(is, fmt.Sprintf("%d(SI)", c*q8Rec+32), dw, s0, ts[c], acc[c], false)
+		g.termFMA(is, fmt.Sprintf("%d(SI)", c*q8Rec+32), dw, s0, ts[c], acc[c], false)
 	}
 	if v.hasMin {
 		g.op("VCVTPH2PS %d(BX), %s", 2*8, dw)
 		for c := range cols {
 			g.op("VPBROADCASTD %d(SI), %s", c*q8Rec+36, ts[c])
-			g.op("VCVTDQ2PS %s, %s", ts[c], ts[c])
-			g.scaleFMA(is, fmt.Sprintf("%d(SI)", c*q8Rec+32), dw, s0, ts[c], acc[c], false)
+			g.termFMA(is, fmt.Sprintf("%d(SI)", c*q8Rec+32), dw, s0, ts[c], acc[c], false)
 		}
 	}
 	g.op("ADDQ R12, BX")
@@ -130,6 +131,26 @@ func (g *gen) legacy(v variant, is isa, cols int) {
 	g.op("DECQ R8")
 	g.op("JNZ %s_block", name)
 	g.epilogue(acc, name+"_tile")
+}
+
+// termFMA emits acc ±= T · (scale · bcast(da at mem)) for the 8 rows' int32
+// sums T: in float32, or on the exact level as float64(T) times
+// float64(fl32(scale · da)), an exact product, added to a zmm of float64
+// accumulators. T's register is overwritten.
+func (g *gen) termFMA(is isa, daMem, scale, s, t, acc string, neg bool) {
+	if !is.exact {
+		g.op("VCVTDQ2PS %s, %s", t, t)
+		g.scaleFMA(is, daMem, scale, s, t, acc, neg)
+		return
+	}
+	g.op("VMULPS.BCST %s, %s, %s", daMem, scale, s)
+	g.op("VCVTPS2PD %s, %s", s, zmm(s))
+	g.op("VCVTDQ2PD %s, %s", t, zmm(t))
+	if neg {
+		g.op("VFNMADD231PD %s, %s, %s", zmm(s), zmm(t), acc)
+	} else {
+		g.op("VFMADD231PD %s, %s, %s", zmm(s), zmm(t), acc)
+	}
 }
 
 // scaleFMA emits acc ±= f · (scale · bcast(da at mem)).
@@ -199,6 +220,9 @@ func (g *gen) kquant(v variant, is isa, cols int) {
 	acc, isum, msum, ts := make([]string, cols), make([]string, cols), make([]string, cols), make([]string, cols)
 	for c := range cols {
 		acc[c], isum[c], ts[c] = r.get(), r.get(), r.get()
+		if is.exact {
+			acc[c] = zmm(acc[c])
+		}
 		if v.hasMin {
 			msum[c] = r.get()
 		}
@@ -290,14 +314,12 @@ func (g *gen) kquant(v variant, is isa, cols int) {
 	}
 	g.op("VCVTPH2PS (BX), %s", dw)
 	for c := range cols {
-		g.op("VCVTDQ2PS %s, %s", isum[c], isum[c])
-		g.scaleFMA(is, fmt.Sprintf("%d(SI)", c*q8KRec+q8KD), dw, s0, isum[c], acc[c], false)
+		g.termFMA(is, fmt.Sprintf("%d(SI)", c*q8KRec+q8KD), dw, s0, isum[c], acc[c], false)
 	}
 	if v.hasMin {
 		g.op("VCVTPH2PS 16(BX), %s", dw)
 		for c := range cols {
-			g.op("VCVTDQ2PS %s, %s", msum[c], msum[c])
-			g.scaleFMA(is, fmt.Sprintf("%d(SI)", c*q8KRec+q8KD), dw, s0, msum[c], acc[c], true)
+			g.termFMA(is, fmt.Sprintf("%d(SI)", c*q8KRec+q8KD), dw, s0, msum[c], acc[c], true)
 		}
 	}
 	g.op("ADDQ R12, BX")
@@ -327,6 +349,9 @@ func (g *gen) float(typ string, is isa, cols int) {
 		acc[i] = make([]string, cols)
 		for c := range cols {
 			acc[i][c] = r.get()
+			if is.exact {
+				acc[i][c] = zmm(acc[i][c])
+			}
 		}
 	}
 	if r.next > 32 || (!is.vnni && r.next > 16) {
@@ -342,8 +367,18 @@ func (g *gen) float(typ string, is isa, cols int) {
 			g.op("VPMOVZXWD %d(BX), %s", off, w)
 			g.op("VPSLLD $16, %s, %s", w, w)
 		}
+		if is.exact {
+			g.op("VCVTPS2PD %s, %s", w, zmm(w))
+		}
 	}
 	fma := func(mem, acc string) {
+		if is.exact {
+			// the product of two float32s, exact in float64
+			g.op("VBROADCASTSS %s, %s", mem, a)
+			g.op("VCVTPS2PD %s, %s", a, zmm(a))
+			g.op("VFMADD231PD %s, %s, %s", zmm(a), zmm(w), acc)
+			return
+		}
 		if is.vnni {
 			g.op("VFMADD231PS.BCST %s, %s, %s", mem, w, acc)
 		} else {
@@ -390,9 +425,13 @@ func (g *gen) float(typ string, is isa, cols int) {
 	g.op("JNZ %s_one", name)
 	if chains > 1 {
 		g.label(name + "_sum")
-		g.op("VADDPS %s, %s, %s", acc[1][0], acc[0][0], acc[0][0])
-		g.op("VADDPS %s, %s, %s", acc[3][0], acc[2][0], acc[2][0])
-		g.op("VADDPS %s, %s, %s", acc[2][0], acc[0][0], acc[0][0])
+		add := "VADDPS"
+		if is.exact {
+			add = "VADDPD"
+		}
+		g.op("%s %s, %s, %s", add, acc[1][0], acc[0][0], acc[0][0])
+		g.op("%s %s, %s, %s", add, acc[3][0], acc[2][0], acc[2][0])
+		g.op("%s %s, %s, %s", add, acc[2][0], acc[0][0], acc[0][0])
 	}
 	g.epilogue(acc[0], name+"_tile")
 }

@@ -54,6 +54,12 @@ func (g *gen) text(name string) {
 
 func y(i int) string { return fmt.Sprintf("Y%d", i) }
 
+// zmm names the 512-bit register whose low half is the ymm register r.
+func zmm(r string) string { return "Z" + r[1:] }
+
+// ymm names the 256-bit low half of register r.
+func ymm(r string) string { return "Y" + r[1:] }
+
 // zero clears a vector register (EVEX form for Y16-Y31).
 func (g *gen) zero(is isa, r string) {
 	if is.vnni {
@@ -78,6 +84,10 @@ type variant struct {
 type isa struct {
 	name string
 	vnni bool // AVX-512 VNNI on ymm (VPDPBUSD) and 32 vector registers
+	// exact (with vnni): the exact level's kernels (../exact.go): each
+	// block's term widened to float64 and added to float64 accumulators,
+	// a zmm of 8 rows each, rounded to float32 as the tile is stored.
+	exact bool
 }
 
 // regs hands out vector registers.
@@ -203,6 +213,10 @@ func (g *gen) prologue() {
 func (g *gen) epilogue(acc []string, loop string) {
 	g.op("MOVQ DX, AX")
 	for c, r := range acc {
+		if r[0] == 'Z' {
+			g.op("VCVTPD2PS %s, %s", r, ymm(r))
+			r = ymm(r)
+		}
 		g.op("VMOVUPS %s, (AX)", r)
 		if c < len(acc)-1 {
 			g.op("ADDQ R11, AX")
@@ -251,6 +265,7 @@ func main() {
 	g := &gen{}
 	g.b.WriteString(header)
 	vnni, avx2 := isa{name: "VNNI", vnni: true}, isa{name: "AVX2"}
+	vnnix := isa{name: "VNNIX", vnni: true, exact: true}
 	legacy := []variant{
 		{name: "U4", u4: true, offset: true},                // Q4_0
 		{name: "U4Min", u4: true, hasMin: true},             // Q4_1
@@ -260,6 +275,7 @@ func main() {
 	for _, v := range legacy {
 		for _, c := range []int{1, 8} {
 			g.legacy(v, vnni, c)
+			g.legacy(v, vnnix, c)
 		}
 		for _, c := range []int{1, 4} {
 			g.legacy(v, avx2, c)
@@ -268,6 +284,7 @@ func main() {
 	// Q8_0 and IQ4_NL: offset 128 on VNNI, signed levels on AVX2
 	for _, c := range []int{1, 8} {
 		g.legacy(variant{name: "U8", offset: true}, vnni, c)
+		g.legacy(variant{name: "U8", offset: true}, vnnix, c)
 	}
 	for _, c := range []int{1, 4} {
 		g.legacy(variant{name: "S8", signed: true}, avx2, c)
@@ -282,6 +299,7 @@ func main() {
 	for _, v := range kvariants {
 		for _, c := range []int{1, 4} {
 			g.kquant(v, vnni, c)
+			g.kquant(v, vnnix, c)
 		}
 		for _, c := range []int{1, 2} {
 			g.kquant(v, avx2, c)
@@ -290,6 +308,7 @@ func main() {
 	// IQ4_XS
 	for _, c := range []int{1, 4} {
 		g.kquant(variant{name: "U8", sub: 32, offset: true}, vnni, c)
+		g.kquant(variant{name: "U8", sub: 32, offset: true}, vnnix, c)
 	}
 	for _, c := range []int{1, 2} {
 		g.kquant(variant{name: "S8", sub: 32, signed: true}, avx2, c)
@@ -297,6 +316,7 @@ func main() {
 	for _, typ := range []string{"F32", "F16", "BF16"} {
 		for _, c := range []int{1, 8} {
 			g.float(typ, vnni, c)
+			g.float(typ, vnnix, c)
 		}
 		for _, c := range []int{1, 4} {
 			g.float(typ, avx2, c)
