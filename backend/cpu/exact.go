@@ -42,8 +42,12 @@ import (
 //   - the activations' int8 quantization, residual adds and biases are
 //     single float32 operations on equal inputs, so equal already.
 //
-// The level runs the portable kernels with float64 accumulators: it is the
-// reference other backends are checked against, not a fast path.
+// The level runs the portable kernels with float64 accumulators
+// ("exact-go"), or on AVX-512 VNNI machines ("exact") assembly products
+// that widen each block's term into float64 zmm accumulators (asmgen's
+// VNNIX kernels, bit-identical to the portable ones) with the portable
+// float64 attention, norm and activations: the reference other backends
+// are checked against, about 0.6× the default level's prefill.
 // Its attention kernels are the portable ones, which its own attention
 // step (attentionExactBody) does not call.
 var exactLevel = &isa{
