@@ -48,8 +48,11 @@ import (
 // VNNIX kernels, bit-identical to the portable ones) with the portable
 // float64 attention, norm and activations: the reference other backends
 // are checked against, about 0.6× the default level's prefill.
-// Its attention kernels are the portable ones, which its own attention
-// step (attentionExactBody) does not call.
+//
+// exactLevel is the portable form: named "exact", or "exact-go" where the
+// VNNI form takes that name (gemm_amd64.go). Its attention kernels are the
+// portable ones, which its own attention step (attentionExactBody) does
+// not call.
 var exactLevel = &isa{
 	name:    "exact",
 	group:   4,
