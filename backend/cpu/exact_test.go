@@ -9,6 +9,7 @@ import (
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/quant"
 )
 
 // TestExactSplitK: the exact level's products do not depend on how K is
@@ -252,13 +253,42 @@ func TestInt8ActivationsContract(t *testing.T) {
 
 // TestExactLevelsAgree: every exact level this machine has (the VNNI
 // kernels where present) multiplies every format bit for bit as the
-// portable float64 kernels do, for one column and for several.
+// portable float64 kernels do, for one column and for several; and float
+// weights whose products cancel (where float64 sums round by their order)
+// too.
 func TestExactLevelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	const rows = 37
 	for _, k := range isas {
 		if !k.exact {
 			continue
+		}
+		// 8 rows of {2^15, 1, -2^15, 1} against {2^45, 1, 2^45, 1}: 0 or 1
+		// by the order of the sums.
+		for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16} {
+			f := formats[typ]
+			w := make([]float32, 8*4)
+			for r := range 8 {
+				copy(w[4*r:], []float32{1 << 15, 1, -(1 << 15), 1})
+			}
+			raw := make([]byte, len(w)*int(typ.BlockBytes()))
+			if err := quant.Quantize(typ, w, raw); err != nil {
+				t.Fatal(err)
+			}
+			p, err := pack(f, 8, 4, raw, k.signed8, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lay := layoutFor(f, 4, 1)
+			act := make([]byte, lay.bytes(1))
+			k.convert(lay, []float32{1 << 45, 1, 1 << 45, 1}, act, 0)
+			got, want := make([]float32, 8), make([]float32, 8)
+			scratch := make([]float32, tileRows*k.group)
+			p.mulTiles(k, act, lay, 1, got, 8, 0, p.tiles, scratch)
+			p.mulTiles(&isa{group: k.group, gemm: gemmAcc[float64, float32]}, act, lay, 1, want, 8, 0, p.tiles, scratch)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: %s, cancelling sums: %v, the portable kernels %v", k.name, typ, got, want)
+			}
 		}
 		for typ, f := range formats {
 			cols := 3 * int(typ.BlockSize())
