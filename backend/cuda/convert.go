@@ -275,9 +275,10 @@ func describeConverted(w *backend.Weight, exact bool) (matInfo, error) {
 	m := matInfo{name: w.Name, rows: c.rows, cols: c.cols, typ: "F16", src: w.Tensor.Type, rowBytes: 2 * c.cols}
 	m.ggufRow = m.rowBytes
 	switch {
-	case !fits || (exact && !backend.Int8Activations(w.Tensor.Type)):
+	case (!fits && !exact) || (exact && !backend.Int8Activations(w.Tensor.Type)):
 		// Values past f16's range, which cuBLAS's f16 operands (Q8_0 too)
-		// cannot hold.
+		// cannot hold; exact plans use no cuBLAS, and keep the int8 forms
+		// below for the int8-activation types whatever their range.
 		m.typ, m.rowBytes, m.ggufRow = "F32", 4*c.cols, 4*c.cols
 	case q8Exact[w.Tensor.Type] && c.mlx == nil && c.cols%32 == 0:
 		m.typ, m.rowBytes, m.ggufRow = "Q8_0", c.cols, c.cols/32*q8Block

@@ -12,7 +12,8 @@ import (
 // float32 or f16 key/value caches, float32 activation buffers and the scratch
 // areas.
 
-// WeightBytes is the device memory one tensor takes once uploaded.
+// WeightBytes is the device memory one tensor takes once uploaded (by a
+// backend made with the environment's WEFT_CUDA_EXACT).
 func WeightBytes(t *weights.Tensor) int64 {
 	if len(t.Shape) < 2 {
 		return t.Cols() * 4 // vectors arrive as float32
@@ -31,6 +32,9 @@ func WeightBytes(t *weights.Tensor) int64 {
 	}
 	if t.Type == "Q3_K" && t.Cols()%256 == 0 && t.MLX == nil {
 		return t.Rows() * t.Cols() / 256 * int64(kLayouts["Q6_K"].block) // as Q6_K
+	}
+	if exactOn() && !backend.Int8Activations(t.Type) {
+		return t.Rows() * t.Cols() * 4 // F32 under the exact contract (describeConverted)
 	}
 	return t.Rows() * t.Cols() * 2
 }

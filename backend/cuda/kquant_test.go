@@ -637,6 +637,15 @@ func TestWeightBytes(t *testing.T) {
 	if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want || m.typ != "Q6_K" {
 		t.Errorf("Q3_K: estimated %d bytes, the upload takes %d as %s", got, want, m.typ)
 	}
+	// Under the exact contract an MLX weight is uploaded as F32.
+	t.Setenv("WEFT_CUDA_EXACT", "1")
+	w = &b.p.Weights[b.mlxMat(4, 32, 6, 64, 1)]
+	if m, err = describe(w, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := WeightBytes(w.Tensor), int64(m.rows*m.ggufRow); got != want || m.typ != "F32" {
+		t.Errorf("MLX under the exact contract: estimated %d bytes, the upload takes %d as %s", got, want, m.typ)
+	}
 }
 
 // TestIQ4Map checks matvec_k.cu's iq4_map, modelled here with
