@@ -341,53 +341,34 @@ __device__ __forceinline__ acc_t norm_inv(acc_t ss, int n, float eps) {
 // norm_apply is x·inv·w, rounded once to float32 under WEFT_EXACT.
 __device__ __forceinline__ float norm_apply(float x, acc_t inv, float w) { return (float)((acc_t)x * inv * (acc_t)w); }
 
-// repack_q8_0 / repack_q4_0 turn n GGUF blocks (34 or 18 bytes: f16 scale,
-// then the quants) into the device layout. One thread per block.
-extern "C" __global__ void repack_q8_0(u8* dst, const u8* src, long long n, long long dOff) {
+// repack turns n staged blocks of BLOCK bytes (a header of HEAD bytes: an
+// f16 scale, or for Q8_A an f16 scale and min; then LEVELS bytes of
+// levels) into the device layout: every block's levels in turn, 16-byte
+// aligned, and from dOff its header as a u16 or u32 word. One thread per
+// block. Q8_0 and Q4_0 blocks are GGUF's (34 and 18 bytes); Q8_A's are
+// staged by convert.go's storeQ8A (36: d, m, 32 int8 levels).
+template <int BLOCK, int HEAD, int LEVELS>
+__device__ __forceinline__ void repack(u8* dst, const u8* src, long long n, long long dOff) {
     PDL;
     u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= (u64)n) return;
-    const u8* s = src + b * 34;
-    ((u16*)(dst + dOff))[b] = (u16)(s[0] | (s[1] << 8));
-    u32 w[8];
+    const u8* s = src + b * BLOCK;
+    if constexpr (HEAD == 2)
+        ((u16*)(dst + dOff))[b] = (u16)(s[0] | (s[1] << 8));
+    else
+        ((u32*)(dst + dOff))[b] = s[0] | (s[1] << 8) | (s[2] << 16) | ((u32)s[3] << 24);
+    u32 w[LEVELS / 4];
 #pragma unroll
-    for (int k = 0; k < 8; k++)
-        w[k] = s[2 + 4 * k] | (s[3 + 4 * k] << 8) | (s[4 + 4 * k] << 16) | ((u32)s[5 + 4 * k] << 24);
-    uint4* q = (uint4*)(dst + b * 32);
-    q[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    q[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    for (int k = 0; k < LEVELS / 4; k++)
+        w[k] = s[HEAD + 4 * k] | (s[HEAD + 1 + 4 * k] << 8) | (s[HEAD + 2 + 4 * k] << 16) | ((u32)s[HEAD + 3 + 4 * k] << 24);
+    uint4* q = (uint4*)(dst + b * LEVELS);
+#pragma unroll
+    for (int k = 0; k < LEVELS / 16; k++) q[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
 }
 
-extern "C" __global__ void repack_q4_0(u8* dst, const u8* src, long long n, long long dOff) {
-    PDL;
-    u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= (u64)n) return;
-    const u8* s = src + b * 18;
-    ((u16*)(dst + dOff))[b] = (u16)(s[0] | (s[1] << 8));
-    u32 w[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        w[k] = s[2 + 4 * k] | (s[3 + 4 * k] << 8) | (s[4 + 4 * k] << 16) | ((u32)s[5 + 4 * k] << 24);
-    *(uint4*)(dst + b * 16) = make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// repack_q8_a turns n staged Q8_A blocks (36 bytes: f16 d, f16 m, 32 int8
-// levels; convert.go's storeQ8A) into the device layout: the levels as
-// Q8_0's, the (d, m) pairs as u32 words from dOff.
-extern "C" __global__ void repack_q8_a(u8* dst, const u8* src, long long n, long long dOff) {
-    PDL;
-    u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= (u64)n) return;
-    const u8* s = src + b * 36;
-    ((u32*)(dst + dOff))[b] = s[0] | (s[1] << 8) | (s[2] << 16) | ((u32)s[3] << 24);
-    u32 w[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++)
-        w[k] = s[4 + 4 * k] | (s[5 + 4 * k] << 8) | (s[6 + 4 * k] << 16) | ((u32)s[7 + 4 * k] << 24);
-    uint4* q = (uint4*)(dst + b * 32);
-    q[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    q[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
+extern "C" __global__ void repack_q8_0(u8* dst, const u8* src, long long n, long long dOff) { repack<34, 2, 32>(dst, src, n, dOff); }
+extern "C" __global__ void repack_q4_0(u8* dst, const u8* src, long long n, long long dOff) { repack<18, 2, 16>(dst, src, n, dOff); }
+extern "C" __global__ void repack_q8_a(u8* dst, const u8* src, long long n, long long dOff) { repack<36, 4, 32>(dst, src, n, dOff); }
 
 // embed: out[r, i] = deq(W[token[r]], i) * scale. Grid (ceil(cols/block), rows).
 template <int T>
