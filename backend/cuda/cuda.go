@@ -80,13 +80,14 @@ func kernelNames() []string {
 	names = append(names, kquantKernels...)
 	for typ, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)
-		if kLayouts[typ] == nil { // the fused kernels (plangroup.go) take the types of matvec.cu
-			names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix)
+		names = append(names, "matvec3_"+suffix) // grouped products (plangroup.go)
+		if kLayouts[typ] == nil {                // the fused GLU takes the types of matvec.cu
+			names = append(names, "matvec_glu_"+suffix)
 		}
 		if ty, ok := oneRowTypes[suffix]; ok {
-			names = append(names, "matvec1_"+suffix)
+			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix)
 			if !ty.plain {
-				names = append(names, "matvec13_"+suffix, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
+				names = append(names, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
 			}
 		}
 		if suffix != "f32" && suffix != "f16" {

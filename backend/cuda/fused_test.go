@@ -274,40 +274,58 @@ func TestPlanKeepsUnfusableProducts(t *testing.T) {
 	}
 }
 
-// TestPlanKeepsKQuantsUnfused: K-quant products keep their own kernels
-// (kquant.go), and a GLU feeding a K-quant product is not fused, since the
-// fused kernel writes Q8_0-style rows, not the Q8_K rows that product reads.
-func TestPlanKeepsKQuantsUnfused(t *testing.T) {
-	for _, tc := range []struct{ gateUp, down string }{{"Q4_K", "Q6_K"}, {"Q4_0", "Q4_K"}, {"Q6_K", "Q4_0"}} {
+// TestPlanGroupsKQuants: K-quant products of one input group as the
+// others do (matvec3_q*_k, and matvec13_q*_k for one row), q/k/v and
+// gate/up alike, but a GLU over K-quant weights or feeding a K-quant
+// product is not fused, since the fused kernel writes Q8_0-style rows,
+// not the Q8_K rows that product reads (glu_q8k does). Q4_K_M's mix (v of
+// another type than q and k) groups q and k; WEFT_CUDA_KGROUP=0's option
+// keeps each K-quant product on its own.
+func TestPlanGroupsKQuants(t *testing.T) {
+	for _, tc := range []struct {
+		qk, v, gateUp, down string
+		noKGroup            bool
+		small, one          []string
+	}{
+		{"Q4_K", "Q4_K", "Q4_K", "Q6_K", false,
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec3_q4_k", "rmsnorm_q8k", "matvec3_q4_k", "glu_q8k", "matvec_q6_k"},
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec13_q4_k", "rmsnorm_q8k", "matvec13_q4_k", "glu_q8k", "matvec1_q6_k"}},
+		{"Q4_K", "Q6_K", "Q4_K", "Q4_K", false,
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec3_q4_k", "matvec_q6_k", "rmsnorm_q8k", "matvec3_q4_k", "glu_q8k", "matvec_q4_k"},
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec13_q4_k", "matvec1_q6_k", "rmsnorm_q8k", "matvec13_q4_k", "glu_q8k", "matvec1_q4_k"}},
+		{"Q4_0", "Q4_0", "Q4_0", "Q4_K", false,
+			[]string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8k", "matvec_q4_k"},
+			[]string{"embed_f32", "rmsnorm_q8", "matvec13_q4_0", "rmsnorm_q8", "matvec13_q4_0", "glu_q8k", "matvec1_q4_k"}},
+		{"Q6_K", "Q6_K", "Q6_K", "Q4_0", false,
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec3_q6_k", "rmsnorm_q8k", "matvec3_q6_k", "glu_q8", "matvec_q4_0"},
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec13_q6_k", "rmsnorm_q8k", "matvec13_q6_k", "glu_q8", "matvec1_q4_0"}},
+		{"Q4_K", "Q4_K", "Q4_K", "Q6_K", true,
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec_q4_k", "matvec_q4_k", "matvec_q4_k", "rmsnorm_q8k", "matvec_q4_k", "matvec_q4_k", "glu_q8k", "matvec_q6_k"},
+			[]string{"embed_f32", "rmsnorm_q8k", "matvec1_q4_k", "matvec1_q4_k", "matvec1_q4_k", "rmsnorm_q8k", "matvec1_q4_k", "matvec1_q4_k", "glu_q8k", "matvec1_q6_k"}},
+	} {
+		name := fmt.Sprintf("%s/%s/%s/%s/nokgroup=%v", tc.qk, tc.v, tc.gateUp, tc.down, tc.noKGroup)
 		b := newProg(t, 1, 4, 1, 32, 256)
 		x, xn, q, k, v, g, u, d := b.buf(256), b.buf(256), b.buf(256), b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(256)
 		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("F32", 256, 256, 1)})
 		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: xn, W: b.mat(tc.gateUp, 256, 256, 1), Bias: backend.NoWeight})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: xn, W: b.mat(tc.gateUp, 256, 256, 1), Bias: backend.NoWeight})
-		b.op(backend.Op{Kind: backend.OpMatMul, Out: v, A: xn, W: b.mat(tc.gateUp, 256, 256, 1), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: xn, W: b.mat(tc.qk, 256, 256, 1), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: xn, W: b.mat(tc.qk, 256, 256, 1), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: v, A: xn, W: b.mat(tc.v, 256, 256, 1), Bias: backend.NoWeight})
 		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: q, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
 		b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat(tc.gateUp, 512, 256, 1), Bias: backend.NoWeight})
 		b.op(backend.Op{Kind: backend.OpMatMul, Out: u, A: xn, W: b.mat(tc.gateUp, 512, 256, 1), Bias: backend.NoWeight})
 		b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
 		b.op(backend.Op{Kind: backend.OpMatMul, Out: d, A: g, W: b.mat(tc.down, 256, 512, 1), Bias: backend.NoWeight})
 		b.p.Logits = d
-		pl, err := plan(b.p, planOptions{sms: 4})
+		pl, err := plan(b.p, planOptions{sms: 4, noKGroup: tc.noKGroup})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := kernelsOf(pl, false)
-		kq := kLayouts[tc.gateUp] != nil
-		for _, k := range got {
-			if strings.HasPrefix(k, "matvec3_") && kq {
-				t.Errorf("%s/%s: K-quant q/k/v grouped: %v", tc.gateUp, tc.down, got)
-			}
-			if strings.HasPrefix(k, "matvec_glu_") && (kq || kLayouts[tc.down] != nil) {
-				t.Errorf("%s/%s: GLU fused before a K-quant product or over K-quant weights: %v", tc.gateUp, tc.down, got)
-			}
+		if got := kernelsOf(pl, false); !slices.Equal(got, tc.small) {
+			t.Errorf("%s: small batches run %v\nwant %v", name, got, tc.small)
 		}
-		if !kq && !slices.Contains(got, "matvec3_"+weightTypes[tc.gateUp]) {
-			t.Errorf("%s/%s: q/k/v not grouped: %v", tc.gateUp, tc.down, got)
+		if got := kernelsFor(pl, 1); !slices.Equal(got, tc.one) {
+			t.Errorf("%s: one row runs %v\nwant %v", name, got, tc.one)
 		}
 	}
 }

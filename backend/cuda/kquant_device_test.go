@@ -105,6 +105,37 @@ func kquantCases() []opCase {
 	}{{"Q4_K", 4300, 256}, {"Q6_K", 1100, 2048}, {"Q5_K", 600, 1024}, {"Q6_K", 200, 512}} {
 		cases = append(cases, matmul(fmt.Sprintf("matmul/%s/%dx%d", wc.typ, wc.n, wc.k), 8, wc.k, wc.n, 1e-5, ggmlMat(wc.typ), false))
 	}
+	// Grouped K-quant products (matvec3_q*_k, matvec13_q*_k for one row):
+	// q, k and v of odd row counts, with biases; then a norm, gate and up
+	// grouped, their GLU quantized for a down product of another K type.
+	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS"} {
+		cases = append(cases, opCase{name: "fused-group/" + typ, maxRows: 5, slots: 1, context: 64, vocab: 45, tol: 1e-5,
+			build: func(b *progBuilder, out backend.BufID) {
+				a, q, k, v, k2, v2 := b.buf(512), b.buf(45), b.buf(29), b.buf(29), b.buf(45), b.buf(45)
+				b.fill(a, 1)
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: a, W: b.mat(typ, 45, 512, 0.5), Bias: b.vec(45, 0, 1)})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: a, W: b.mat(typ, 29, 512, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: v, A: a, W: b.mat(typ, 29, 512, 0.5), Bias: b.vec(29, 0, 1)})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: k2, A: k, W: b.mat("F32", 45, 29, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpAdd, Out: out, A: q, B: k2})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: v2, A: v, W: b.mat("F32", 45, 29, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpAdd, Out: out, A: out, B: v2})
+			}})
+		down := map[string]string{"Q4_K": "Q6_K", "Q6_K": "Q4_K"}[typ]
+		if down == "" {
+			down = typ
+		}
+		cases = append(cases, opCase{name: "fused-gateup/" + typ + "/" + down, maxRows: 6, slots: 1, context: 64, vocab: 37, tol: 3e-3,
+			build: func(b *progBuilder, out backend.BufID) {
+				x, xn, g, u := b.buf(256), b.buf(256), b.buf(768), b.buf(768)
+				b.fill(x, 1)
+				b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat(typ, 768, 256, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: u, A: xn, W: b.mat(typ, 768, 256, 0.5), Bias: backend.NoWeight})
+				b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
+				b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: g, W: b.mat(down, 37, 768, 0.5), Bias: backend.NoWeight})
+			}})
+	}
 	// A norm and a GLU quantize their outputs as Q8_K for the product
 	// after them; attention leaves it to the product. As for fused-q8,
 	// the chain moves some activations across a level.

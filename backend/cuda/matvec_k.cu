@@ -396,11 +396,58 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
     mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr); // matvec.cu
 }
 
-// matvec_k is matvec.cu's matvec for K-quant weights: blocks of MV_WARPS
-// warps cover rpb output rows (8, 4, 2 or 1), looping over the groups of
-// rows, in passes of up to 8 activation rows, or (MAXM = 1: matvec1_q*_k,
+// mvk_group computes output rows [g*rpb, g*rpb+rpb) of one K-quant
+// weight for the first n activation rows, as matvec.cu's mv_group: blocks
+// of MV_WARPS warps cover rpb output rows (8, 4, 2 or 1), in passes of up
+// to 8 activation rows, or (MAXM = 1: matvec1_q*_k and matvec13_q*_k,
 // onerow.go) of the one row of a decode step, whose kernel then keeps
-// only that pass's registers.
+// only that pass's registers. first: g is the block's first group (of
+// every weight of its launch), in which it waits for the kernel before.
+template <int T, int MAXM>
+__device__ __forceinline__ void mvk_group(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
+                                          const u8* w, long long rowBytes, long long dOff, const float* bias, int n,
+                                          int K, int N, int rpb, int g, bool first) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int lpr = rpb > MV_WARPS ? 32 * MV_WARPS / rpb : 32;
+    int wpr = rpb >= MV_WARPS ? 1 : MV_WARPS / rpb;
+    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr, nsb = K >> 8;
+    int early = MVK_EARLY && first ? (TRIGGER_MV ? 1 : 2) : 0;
+    int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
+    bool live = j < N;
+    u64 jj = live ? j : 0;
+    const u8* row = w + jj * (u64)rowBytes;
+    const uint4* hdr = (const uint4*)(w + dOff) + jj * nsb;
+    const u16* d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + jj * nsb * (T == W_Q2_K ? 2 : 1);
+    if constexpr (MAXM == 1) {
+        mvk_pass<T, 1, MVK_EARLY>(out, resid, qa, ds, row, hdr, d6, bias, 0, K, N, j, live, sub, nsub, wpr, lpr, early);
+        return;
+    }
+    for (int r0 = 0; r0 < n; r0 += 8) {
+        int m = min(8, n - r0);
+#define MVK_CASE(M)                                                                                                  \
+    case M:                                                                                                          \
+        mvk_pass<T, M, MVK_EARLY>(out, resid, qa, ds, row, hdr, d6, bias, r0, K, N, j, live, sub, nsub, wpr, lpr,  \
+                                  r0 == 0 ? early : 0);                                                              \
+        break;
+        switch (m) {
+            MVK_CASE(1)
+            MVK_CASE(2)
+            MVK_CASE(3)
+            MVK_CASE(4)
+            MVK_CASE(5)
+            MVK_CASE(6)
+            MVK_CASE(7)
+            MVK_CASE(8)
+        }
+#undef MVK_CASE
+    }
+}
+
+// matvec_k is matvec.cu's matvec for K-quant weights: blocks loop over
+// the groups of rpb rows. Its loop keeps mvk_group's code written out:
+// calling mvk_group from it changed NVRTC's register allocation of
+// matvec1_q*_k and matvec_q*_k (matvec1_q6_k 64 → 66 registers, past the
+// 8 blocks a multiprocessor its grid assumes).
 template <int T, int MAXM = 8>
 __device__ void matvec_k(float* out, float* resid, const signed char* qa, const q8k_rec* ds, const u8* w,
                          long long rowBytes, long long dOff, const float* bias, const int* meta, int which, int K,
@@ -444,6 +491,24 @@ __device__ void matvec_k(float* out, float* resid, const signed char* qa, const 
     }
 }
 
+// matvec3_k is matvec.cu's matvec3 for K-quant weights: up to three
+// weights of one type and width that read the same input (a layer's q, k
+// and v, or its gate and up) in one launch, whose groups of rpb rows run
+// over the weights' rows in turn. A weight with N = 0 is absent.
+template <int T, int MAXM>
+__device__ void matvec3_k(const signed char* qa, const q8k_rec* ds, long long rowBytes, const int* meta, int which,
+                          int K, int rpb, float* out0, const u8* w0, long long dOff0, const float* bias0, int N0,
+                          float* out1, const u8* w1, long long dOff1, const float* bias1, int N1, float* out2,
+                          const u8* w2, long long dOff2, const float* bias2, int N2) {
+    int n = meta[which], g0 = (N0 + rpb - 1) / rpb, g1 = (N1 + rpb - 1) / rpb, g2 = (N2 + rpb - 1) / rpb;
+    for (int g = blockIdx.x; g < g0 + g1 + g2; g += gridDim.x) {
+        bool a = g < g0, b = !a && g < g0 + g1;
+        mvk_group<T, MAXM>(a ? out0 : b ? out1 : out2, nullptr, qa, ds, a ? w0 : b ? w1 : w2, rowBytes,
+                           a ? dOff0 : b ? dOff1 : dOff2, a ? bias0 : b ? bias1 : bias2, n, K, a ? N0 : b ? N1 : N2,
+                           rpb, a ? g : b ? g - g0 : g - g0 - g1, g == (int)blockIdx.x);
+    }
+}
+
 template <int T>
 __device__ void embed_k(float* out, const u8* w, long long rowBytes, long long dOff, const int* meta,
                         const int* tokens, int cols, float scale) {
@@ -473,6 +538,14 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
     PDL_DEFER_(TRIGGER_MV, MVK_EARLY);                                                                           \
     matvec_k<T, MAXM>(out, resid, (const signed char*)x, (const q8k_rec*)ds, w, rowBytes, dOff, bias, meta, which, K, N, \
                       rpb)
+#define MVK3_ARGS                                                                                                  \
+    const void *x, const void *ds, long long rowBytes, const int *meta, int which, int K, int rpb, float *out0,    \
+        const u8 *w0, long long dOff0, const float *bias0, int N0, float *out1, const u8 *w1, long long dOff1,      \
+        const float *bias1, int N1, float *out2, const u8 *w2, long long dOff2, const float *bias2, int N2
+#define MVK3_CALL(T, MAXM)                                                                                         \
+    PDL_DEFER_(TRIGGER_MV, MVK_EARLY);                                                                           \
+    matvec3_k<T, MAXM>((const signed char*)x, (const q8k_rec*)ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0,  \
+                       bias0, N0, out1, w1, dOff1, bias1, N1, out2, w2, dOff2, bias2, N2)
 #define EMK_ARGS float *out, const u8 *w, long long rowBytes, long long dOff, const int *meta, const int *tokens, int cols, float scale
 #define DQK_ARGS u16 *out, const u8 *w, long long rowBytes, long long dOff, int N, int K
 
@@ -486,6 +559,18 @@ extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q2_k(MVK_ARGS
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q2_k(MVK_ARGS) { MVK_CALL(W_Q2_K, 1); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_iq4_xs(MVK_ARGS) { MVK_CALL(W_IQ4_XS, 8); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_iq4_xs(MVK_ARGS) { MVK_CALL(W_IQ4_XS, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_q4_k(MVK3_ARGS) { MVK3_CALL(W_Q4_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_q5_k(MVK3_ARGS) { MVK3_CALL(W_Q5_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_q6_k(MVK3_ARGS) { MVK3_CALL(W_Q6_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_q2_k(MVK3_ARGS) { MVK3_CALL(W_Q2_K, 8); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_iq4_xs(MVK3_ARGS) { MVK3_CALL(W_IQ4_XS, 8); }
+// The one-row grouped kernels bounded for the 8 blocks a multiprocessor
+// that onerow.go's grid assumes (oneRowQuantGrid).
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec13_q4_k(MVK3_ARGS) { MVK3_CALL(W_Q4_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec13_q5_k(MVK3_ARGS) { MVK3_CALL(W_Q5_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec13_q6_k(MVK3_ARGS) { MVK3_CALL(W_Q6_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec13_q2_k(MVK3_ARGS) { MVK3_CALL(W_Q2_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec13_iq4_xs(MVK3_ARGS) { MVK3_CALL(W_IQ4_XS, 1); }
 extern "C" __global__ void embed_q4_k(EMK_ARGS) { PDL; embed_k<W_Q4_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
 extern "C" __global__ void embed_q5_k(EMK_ARGS) { PDL; embed_k<W_Q5_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }
 extern "C" __global__ void embed_q6_k(EMK_ARGS) { PDL; embed_k<W_Q6_K>(out, w, rowBytes, dOff, meta, tokens, cols, scale); }

@@ -45,9 +45,10 @@ func withoutOne(c cond) cond {
 // type's (quant): it keeps rowsPerBlock's rows a block (and MV_BATCH loads
 // in flight) rather than half a warp a row (oneRowRowsPerBlock), comes
 // for launches of any size and runs oneRowQuantGrid blocks a
-// multiprocessor. The K-quants (plain) have only the plain product's twin
-// (matvec1_q*_k: their products are not grouped or fused with a GLU); it
-// keeps 48-64 registers where matvec_q*_k takes 80-144 (NVRTC 11.8).
+// multiprocessor. The K-quants (plain) have the plain and grouped
+// products' twins (matvec1_q*_k, matvec13_q*_k), no GLU's: their GLU is
+// not fused. matvec1_q*_k keeps 48-64 registers where matvec_q*_k take
+// 80-144 (NVRTC 11.8).
 var oneRowTypes = map[string]struct {
 	chunks func(k int) int
 	quant  bool
@@ -90,7 +91,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		kind, typ = "matvec_glu", typ[len("glu_"):]
 	}
 	ty, known := oneRowTypes[typ]
-	if !ok || !known || ty.plain && kind != "matvec" {
+	if !ok || !known || ty.plain && kind == "matvec_glu" {
 		return call{}, false
 	}
 	rowsPer, grid := oneRowRowsPerBlock, mvGridPerSM

@@ -319,6 +319,9 @@ type planOptions struct {
 	// is split so that its logits' copy overlaps it (0: logitsSplitRows,
 	// below 0: never; WEFT_CUDA_LOGITS_SPLIT, for comparisons and tests).
 	logitsSplit int
+	// noKGroup keeps each K-quant product in its own launch
+	// (WEFT_CUDA_KGROUP=0, for comparisons): no matvec3_q*_k.
+	noKGroup bool
 }
 
 // planned is a checked program: its launches, how each weight is stored

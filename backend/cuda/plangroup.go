@@ -12,6 +12,8 @@ import (
 // input become one launch on the matrix-vector path: q, k and v
 // (matvec3_*), and gate and up together with the GLU after them
 // (matvec_glu_*), which also quantizes its output for the down product.
+// K-quant weights group too (matvec3_q*_k: q, k and v; gate and up), but
+// their GLU keeps its launch (glu_q8k).
 // Each op is still checked, and planned for large batches, on its own.
 
 // groupable returns how many products from op i on (2 or 3) can share one
@@ -22,7 +24,7 @@ import (
 func groupable(p *backend.Program, pl *planned, i int, opt planOptions) int {
 	first := &p.Ops[i]
 	m0, ok := productWeight(p, pl, first)
-	if !ok {
+	if !ok || opt.noKGroup && kLayouts[m0.typ] != nil {
 		return 0
 	}
 	n := 1
@@ -51,8 +53,7 @@ func productWeight(p *backend.Program, pl *planned, op *backend.Op) (*matInfo, b
 		return nil, false
 	}
 	m := &pl.mats[op.W]
-	// K-quant products have kernels of their own (kquant.go), not grouped.
-	if m.vector || kLayouts[m.typ] != nil || m.cols != p.Bufs[op.A] || m.rows != p.Bufs[op.Out] {
+	if m.vector || m.cols != p.Bufs[op.A] || m.rows != p.Bufs[op.Out] {
 		return nil, false
 	}
 	return m, true
@@ -140,7 +141,9 @@ func gluFusable(p *backend.Program, pl *planned, i int, opt planOptions) bool {
 	gate, up, glu := &p.Ops[i], &p.Ops[i+1], &p.Ops[i+2]
 	mg, ok1 := productWeight(p, pl, gate)
 	mu, ok2 := productWeight(p, pl, up)
-	if !ok1 || !ok2 || glu.Kind != backend.OpGLU || up.A != gate.A || up.Out == gate.Out || up.Out == gate.A ||
+	// K-quant gate and up products group (matvec3_q*_k) but have no GLU
+	// kernel: their GLU stays glu_q8k, which quantizes for a K-quant down.
+	if !ok1 || !ok2 || kLayouts[mg.typ] != nil || glu.Kind != backend.OpGLU || up.A != gate.A || up.Out == gate.Out || up.Out == gate.A ||
 		gate.Bias != backend.NoWeight || up.Bias != backend.NoWeight || mg.typ != mu.typ || mg.cols != mu.cols || mg.rows != mu.rows ||
 		up.OnSelected != gate.OnSelected || glu.OnSelected != gate.OnSelected || gate.Head || up.Head || glu.Head ||
 		glu.A != gate.Out || glu.B != up.Out || glu.Out < 0 || int(glu.Out) >= len(p.Bufs) || glu.Out == gate.A ||

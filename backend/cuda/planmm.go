@@ -44,7 +44,7 @@ const mvGridPerSM = 4
 // chunks is the 16-byte loads a row of m takes in the matrix-vector kernel.
 func (m *matInfo) chunks() int {
 	switch m.typ {
-	case "Q4_0":
+	case "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS": // the K-quants' chunks hold 32 elements (matvec_k.cu)
 		return m.cols / 32
 	case "Q8_0", "Q8_A":
 		return m.cols / 16
