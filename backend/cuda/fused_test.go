@@ -399,6 +399,23 @@ func TestNormThreads(t *testing.T) {
 			t.Fatal("no norm planned")
 		}
 	}
+	// rmsnorm_q8k: a thread 8 elements, so 2048 columns take 256 threads.
+	for _, tc := range []struct{ cols, force, want int }{{2048, 0, 256}, {256, 0, 32}, {4096, 0, 512}, {2048, 128, 128}} {
+		b := newProg(t, 1, 4, 1, 32, 64)
+		x, xn, out := b.buf(tc.cols), b.buf(tc.cols), b.buf(64)
+		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("F32", 64, tc.cols, 1)})
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(tc.cols, 1, 0.1), Eps: 1e-5, Group: tc.cols})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: out, A: xn, W: b.mat("Q4_K", 64, tc.cols, 1), Bias: backend.NoWeight})
+		b.p.Logits = out
+		pl, err := plan(b.p, planOptions{sms: 4, normThreads: tc.force})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(pl.calls, func(c call) bool { return c.kernel == "rmsnorm_q8k" })
+		if i < 0 || pl.calls[i].block != uint32(tc.want) {
+			t.Errorf("%d columns, normThreads %d: rmsnorm_q8k at %d, want blocks of %d threads", tc.cols, tc.force, i, tc.want)
+		}
+	}
 }
 
 // TestPlanUnfusedGLU checks noGLU (WEFT_CUDA_GLU=0): gate and up become

@@ -97,33 +97,88 @@ __device__ __forceinline__ void q8k_store(signed char* qa, q8k_rec* ds, u64 at, 
     if (lane == 0) ds[rec].d = d;
 }
 
+// normk_chunk scales lane's 8 elements x (chunk c of the row: elements
+// 8c..8c+7) by inv and the norm weights g into y, and quantizes them as
+// quantize_q8k does (the warp's chunks are super-block c/32). Every lane
+// of the warp calls it.
+__device__ __forceinline__ void normk_chunk(const float (&x)[8], const float (&g)[8], acc_t inv, int c, float* y,
+                                            signed char* qa, q8k_rec* ds, int lane) {
+    float v[8];
+    int q[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = norm_apply(x[k], inv, g[k]);
+    *(float4*)(y + 8 * c) = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4*)(y + 8 * c + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    float d = q8k_levels(v, q);
+    q8k_store(qa, ds, (u64)8 * c, (u64)(c >> 5), q, d, lane);
+}
+
 // rmsnorm_q8k is rmsnorm over whole rows (group = cols, a multiple of 256)
 // that also quantizes its output as quantize_q8k does, for the K-quant
-// product that reads it next. Grid (1, rows); warps take super-blocks.
-extern "C" __global__ void rmsnorm_q8k(float* out, const float* a, const float* w, const int* meta, int which, int cols,
+// product that reads it next. Thread t of T takes the 8-element chunks t,
+// t+T, ... (T a multiple of 32, so a warp's chunks are one super-block);
+// as rmsnorm_q8 does, the first NORM_HELD of them stay in registers
+// between the sum and the scaling, and their norm weights are loaded
+// before the wait for the kernel before. Grid (1, rows).
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm_q8k(float* out, const float* a, const float* w, const int* meta, int which, int cols,
                                        int group, float eps, signed char* qa, q8k_rec* ds) {
+    int lane = threadIdx.x & 31, T = blockDim.x, nc = cols >> 3, nsb = cols >> 8;
+    float wv[NORM_HELD][8], xv[NORM_HELD][8];
+#pragma unroll
+    for (int t = 0; t < NORM_HELD; t++) {
+        int c = threadIdx.x + t * T;
+        if (c < nc) {
+            load8(w + 8 * c, wv[t]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) wv[t][k] = 0.f;
+        }
+    }
     PDL;
+    // The row is loaded before the row count is known (rows past the
+    // batch are allocated), so the two loads overlap.
     int r = blockIdx.y;
-    if (r >= meta[which]) return;
     const float* x = a + (u64)r * cols;
-    float* y = out + (u64)r * cols;
+#pragma unroll
+    for (int t = 0; t < NORM_HELD; t++) {
+        int c = threadIdx.x + t * T;
+        if (c < nc) {
+            load8(x + 8 * c, xv[t]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) xv[t][k] = 0.f;
+        }
+    }
+    if (r >= meta[which]) return;
     acc_t ss = 0.f;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += sq(x[i]);
+#pragma unroll
+    for (int t = 0; t < NORM_HELD; t++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += sq(xv[t][k]);
+    for (int c = threadIdx.x + NORM_HELD * T; c < nc; c += T) {
+        float v[8];
+        load8(x + 8 * c, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += sq(v[k]);
+    }
     ss = block_sum(ss);
     acc_t inv = norm_inv(ss, cols, eps);
-    int lane = threadIdx.x & 31, nsb = cols >> 8;
-    for (int sb = threadIdx.x >> 5; sb < nsb; sb += blockDim.x >> 5) {
-        int i = sb * 256 + lane * 8;
-        float v[8], g[8];
-        int q[8];
-        load8(x + i, v);
-        load8(w + i, g);
+    float* y = out + (u64)r * cols;
+    signed char* q = qa + (u64)r * cols;
+    q8k_rec* rec = ds + (u64)r * nsb;
+    // A warp's chunks are all in the row or all past it (nc is a multiple
+    // of 32), so every lane of a working warp takes part in the shuffles.
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = norm_apply(v[k], inv, g[k]);
-        *(float4*)(y + i) = make_float4(v[0], v[1], v[2], v[3]);
-        *(float4*)(y + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        float d = q8k_levels(v, q);
-        q8k_store(qa, ds, (u64)r * cols + i, (u64)r * nsb + sb, q, d, lane);
+    for (int t = 0; t < NORM_HELD; t++) {
+        int c = threadIdx.x + t * T;
+        if (c - lane >= nc) break;
+        normk_chunk(xv[t], wv[t], inv, c, y, q, rec, lane);
+    }
+    for (int c = threadIdx.x + NORM_HELD * T; c - lane < nc; c += T) {
+        float v[8], g[8];
+        load8(x + 8 * c, v);
+        load8(w + 8 * c, g);
+        normk_chunk(v, g, inv, c, y, q, rec, lane);
     }
 }
 

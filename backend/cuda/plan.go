@@ -632,8 +632,11 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 		if st.fuse != nil && op.Group == cols(op.A) && op.Group%32 == 0 {
 			calls := fusedQ8(st, c, "rmsnorm_q8", op.Group)
 			for i := range calls {
-				if calls[i].kernel == "rmsnorm_q8" { // a thread a 16-byte chunk
+				switch calls[i].kernel {
+				case "rmsnorm_q8": // a thread a 16-byte chunk
 					calls[i].block = uint32(min(cmp.Or(opt.normThreads, maxNormThreads), 1024, (op.Group/4+31)/32*32))
+				case "rmsnorm_q8k": // a thread 8 elements, a warp a super-block
+					calls[i].block = uint32(min(cmp.Or(opt.normThreads, maxNormThreads), 1024, (op.Group/8+31)/32*32))
 				}
 			}
 			return calls, nil
