@@ -175,7 +175,7 @@ func envPlanOptions() planOptions {
 		noBreak: os.Getenv("WEFT_CUDA_BREAK") == "0", noGLU: os.Getenv("WEFT_CUDA_GLU") == "0",
 		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32,
 		twinGrid: min(max(envInt("WEFT_CUDA_TWIN_GRID"), 0), 16), glu1Warps: envInt("WEFT_CUDA_GLU1_WARPS"), twinRPB: envInt("WEFT_CUDA_TWIN_RPB"), twin13RPB: envInt("WEFT_CUDA_TWIN13_RPB"),
-		noKGroup: os.Getenv("WEFT_CUDA_KGROUP") == "0"}
+		noKGroup: os.Getenv("WEFT_CUDA_KGROUP") == "0", longRPB: envInt("WEFT_CUDA_LONG_RPB")}
 }
 
 // Compile implements backend.Backend.

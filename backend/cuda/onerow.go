@@ -81,6 +81,12 @@ var oneRowTypes = map[string]struct {
 // BF16 155.4 at 8 blocks against 155.6, and twins for every launch 149.5.
 const oneRowQuantGrid = 8
 
+// longRowChunks is the row length (16-byte chunks) from which a quantized
+// one-row product takes planOptions.longRPB rows a block when that is set
+// (the down products: the 1B shape's run 2 batches a warp at 4 rows a
+// block, in 512 blocks).
+const longRowChunks = 256
+
 // oneRowTwin is c's launch for batches of one row, if it has one.
 func oneRowTwin(c call, opt planOptions) (call, bool) {
 	if c.cond != small && c.cond != always {
@@ -115,6 +121,9 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		// out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb
 		n := int(c.args[11].v)
 		rpb := rowsPer(n, chunks(int(c.args[10].v)), opt.sms)
+		if l := opt.longRPB; ty.quant && (l == 1 || l == 2 || l == 4) && chunks(int(c.args[10].v)) >= longRowChunks {
+			rpb = l
+		}
 		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
 		t.gridX = min(blocks(n, rpb), uint32(grid*opt.sms))
 	case "matvec3":
