@@ -82,9 +82,17 @@ var oneRowTypes = map[string]struct {
 const oneRowQuantGrid = 8
 
 // longRowChunks is the row length (16-byte chunks) from which a quantized
-// one-row product takes planOptions.longRPB rows a block when that is set
-// (the down products: the 1B shape's run 2 batches a warp at 4 rows a
-// block, in 512 blocks).
+// one-row product (a down product) takes 2 rows a block, two warps a row,
+// where its blocks then still fit the grid (oneRowQuantGrid a
+// multiprocessor), rather than rowsPerBlock's 4. The 1B shape's down
+// product (2,048 rows of K = 8,192) ran 512 blocks of 4 warps, each warp
+// two batches of loads in turn; in 1,024 blocks each warp takes one. Same
+// run on an H100, tg128 against 4 rows a block: 1B Q4_0 1,766 / 1,786
+// against 1,747 / 1,750, 1B Q8_0 1,335 / 1,320 against 1,288 / 1,284, 1B
+// Q4_K 1,419 / 1,413 against 1,361 / 1,363; on the 8B shape (4,096 rows,
+// 2,048 blocks: past the grid) 2 rows a block lost 1-3 %, 1 row 3-9 %.
+// planOptions.longRPB forces 1, 2 or 4 (WEFT_CUDA_LONG_RPB; -1 keeps
+// rowsPerBlock), for comparisons.
 const longRowChunks = 256
 
 // oneRowTwin is c's launch for batches of one row, if it has one.
@@ -119,10 +127,15 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 	switch kind {
 	case "matvec":
 		// out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb
-		n := int(c.args[11].v)
-		rpb := rowsPer(n, chunks(int(c.args[10].v)), opt.sms)
-		if l := opt.longRPB; ty.quant && (l == 1 || l == 2 || l == 4) && chunks(int(c.args[10].v)) >= longRowChunks {
-			rpb = l
+		n, ch := int(c.args[11].v), chunks(int(c.args[10].v))
+		rpb := rowsPer(n, ch, opt.sms)
+		if ty.quant && ch >= longRowChunks && opt.twinRPB == 0 {
+			switch l := opt.longRPB; {
+			case l == 1 || l == 2 || l == 4:
+				rpb = l
+			case l == 0 && rpb > 2 && int(blocks(n, 2)) <= grid*opt.sms:
+				rpb = 2
+			}
 		}
 		t.kernel, t.args[12] = "matvec1_"+typ, i32(rpb)
 		t.gridX = min(blocks(n, rpb), uint32(grid*opt.sms))

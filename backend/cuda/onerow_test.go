@@ -243,22 +243,29 @@ func TestTwinRPB(t *testing.T) {
 			t.Errorf("%s, WEFT_CUDA_TWIN_RPB=%d: twin %v, rows a block %+v, want %d", tc.c.kernel, tc.rpb, ok, got.args[12], tc.want)
 		}
 	}
-	// WEFT_CUDA_LONG_RPB: quantized rows of 256 chunks or more only (K =
-	// 8192 for Q4_K and Q4_0, 4096 for Q8_0).
-	long := func(typ string, k int) call {
+	// Long rows (256 chunks or more: K = 8192 for Q4_K and Q4_0, 4096 for
+	// Q8_0) of quantized types take 2 rows a block where those blocks fit
+	// the grid (2,048 rows: 1,024 blocks of the 1,056; 4,096 rows do not);
+	// WEFT_CUDA_LONG_RPB forces 1, 2 or 4 (-1: rowsPerBlock), and
+	// WEFT_CUDA_TWIN_RPB takes precedence.
+	long := func(typ string, k, n int) call {
 		return call{kernel: "matvec_" + typ, cond: small, args: []arg{null, null, null, null, null, i64(k), i64(0), null,
-			null, i32(0), i32(k), i32(2048), i32(4)}}
+			null, i32(0), i32(k), i32(n), i32(4)}}
 	}
 	for _, tc := range []struct {
-		c         call
-		rpb, want int
+		c              call
+		rpb, all, want int
 	}{
-		{long("q4_k", 8192), 2, 2}, {long("q4_0", 8192), 1, 1}, {long("q8_0", 4096), 2, 2}, {long("q4_k", 4096), 2, 4},
-		{long("q8_0", 2048), 2, 4}, {long("bf16", 8192), 2, 4}, {long("q4_k", 8192), 3, 4}, {long("q4_k", 8192), 0, 4},
+		{long("q4_k", 8192, 2048), 0, 0, 2}, {long("q4_0", 8192, 2048), 0, 0, 2}, {long("q8_0", 4096, 2048), 0, 0, 2},
+		{long("q8_0", 14336, 4096), 0, 0, 4}, {long("q4_0", 14336, 4096), 2, 0, 2}, {long("q4_k", 8192, 2048), -1, 0, 4},
+		{long("q4_k", 8192, 2048), 1, 0, 1}, {long("q4_k", 4096, 2048), 0, 0, 4}, {long("q8_0", 2048, 2048), 2, 0, 4},
+		{long("bf16", 8192, 2048), 2, 0, 4}, {long("q4_k", 8192, 2048), 3, 0, 4}, {long("q4_0", 8192, 2048), 0, 4, 4},
+		{long("q4_0", 8192, 2048), 2, 1, 1},
 	} {
-		got, ok := oneRowTwin(tc.c, planOptions{sms: 132, longRPB: tc.rpb, oneRowMax: 64 << 20})
+		got, ok := oneRowTwin(tc.c, planOptions{sms: 132, longRPB: tc.rpb, twinRPB: tc.all, oneRowMax: 64 << 20})
 		if !ok || got.args[12] != i32(tc.want) {
-			t.Errorf("%s over %d columns, WEFT_CUDA_LONG_RPB=%d: twin %v, rows a block %+v, want %d", tc.c.kernel, tc.c.args[10].v, tc.rpb, ok, got.args[12], tc.want)
+			t.Errorf("%s, %d rows of %d, WEFT_CUDA_LONG_RPB=%d, WEFT_CUDA_TWIN_RPB=%d: twin %v, rows a block %+v, want %d",
+				tc.c.kernel, tc.c.args[11].v, tc.c.args[10].v, tc.rpb, tc.all, ok, got.args[12], tc.want)
 		}
 	}
 }

@@ -322,8 +322,9 @@ type planOptions struct {
 	// noKGroup keeps each K-quant product in its own launch
 	// (WEFT_CUDA_KGROUP=0, for comparisons): no matvec3_q*_k.
 	noKGroup bool
-	// longRPB is the rows a block (1, 2 or 4) of the quantized one-row
-	// plain products over rows of longRowChunks or more (0: rowsPerBlock;
+	// longRPB forces the rows a block (1, 2 or 4) of the quantized one-row
+	// plain products over rows of longRowChunks or more (0: 2 where their
+	// blocks fit the grid, else rowsPerBlock; -1: rowsPerBlock;
 	// WEFT_CUDA_LONG_RPB, for comparisons).
 	longRPB int
 }
