@@ -10,7 +10,7 @@
 #   D=.device/check; mkdir -p $D
 #   CGO_ENABLED=0 go test -c -ldflags="-s -w" -o $D/cuda.test ./backend/cuda
 #   CGO_ENABLED=0 go build -ldflags="-s -w" -o $D/weft ./cmd/weft
-#   cp scripts/device/cuda-check.sh backend/cuda/testdata/llama-3-8b.config.json $D/
+#   cp scripts/device/{cuda-check,suite}.sh backend/cuda/testdata/llama-3-8b.config.json $D/
 #   cp ../shared/testdata/hf-configs/Llama-3.2-1B/config.json $D/llama-3.2-1b.config.json
 #   mkdir -p $D/shared/testdata && cp -r ../shared/testdata/{gguf,llama2c}-stories260K $D/shared/testdata/
 #   then on the device: bash .device/check/cuda-check.sh   (carry .device/check)
@@ -37,12 +37,9 @@ done
 (WEFT_BENCH_FAST=1 WEFT_BENCH_SYNTH=$M WEFT_BENCH_CONFIGS=$CONFIGS WEFT_BENCH_TYPES=$(echo $TYPES | tr ' ' ,) \
   ./cuda.test -test.run TestSynthBenchModels > "$OUT/synth.log" 2>&1; echo done > "$M/.ready") &
 
-WEFT_CUDA_REQUIRE=1 WEFT_SHARED=$D/shared ./cuda.test -test.skip "TestBenchGGUF|TestSynthBenchModels|TestProfileDecode|TestMMQBench" \
-  -test.v -test.count=1 > "$OUT/test.log" 2>&1
-echo "$(el) device tests rc=$?"
-grep -E "^(--- FAIL|FAIL|ok|PASS)|panic|    --- FAIL" "$OUT/test.log" | head -30
-echo "passed: $(grep -cE '^\s*--- PASS' "$OUT/test.log")"
-grep -E "matrices in .*worst KL" "$OUT/test.log" | sed 's/^ *model_test.go:[0-9]*: /trained: /'  # TestTrainedQuantizedAgainstCPU
+OUT=$OUT bash suite.sh  # every device test, in four processes (suite.sh)
+echo "$(el) device tests"
+grep -hE "matrices in .*worst KL" "$OUT"/test-*.log | sed 's/^ *model_test.go:[0-9]*: /trained: /'  # TestTrainedQuantizedAgainstCPU
 
 cd ../..
 for m in testdata/models/llama3-tiny testdata/models/quant/llama3-tiny-Q4_0.gguf testdata/models/quant/llama-256-Q4_K.gguf; do
