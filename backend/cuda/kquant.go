@@ -199,8 +199,7 @@ func planMatMulK(p *backend.Program, pl *planned, st *planState, op *backend.Op,
 	if op.Bias != backend.NoWeight {
 		b = weight(op.Bias)
 	}
-	// A row is k/32 chunks of 16 bytes of quants, as for Q4_0.
-	rpb := rowsPerBlock(n, k/32, opt.sms)
+	rpb := rowsPerBlock(n, m.chunks(), opt.sms)
 	calls = append(calls, call{kernel: "matvec_" + t, gridX: min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms)), gridY: gridOne, block: 32 * mvWarps, cond: mvCond,
 		args: []arg{buf(op.Out), r, scratch(scratchQ8K), scratch(scratchQ8KRec), weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b, meta, i32(which), i32(k), i32(n), i32(rpb)}})
 	if !useGemm {

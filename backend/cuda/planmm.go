@@ -43,8 +43,11 @@ const mvGridPerSM = 4
 
 // chunks is the 16-byte loads a row of m takes in the matrix-vector kernel.
 func (m *matInfo) chunks() int {
+	if kLayouts[m.typ] != nil { // a K-quant chunk holds 32 elements (matvec_k.cu)
+		return m.cols / 32
+	}
 	switch m.typ {
-	case "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS": // the K-quants' chunks hold 32 elements (matvec_k.cu)
+	case "Q4_0":
 		return m.cols / 32
 	case "Q8_0", "Q8_A":
 		return m.cols / 16
