@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,12 +27,21 @@ type fakeGPUs struct {
 	opened   []int
 	drawing  bool // devices draw tokens themselves, as CUDA does
 	backends []*testmodel.Drawing
+	// pipelining: devices also queue decode steps (backend.Pipeliner),
+	// as CUDA does
+	pipelining bool
+	pipelined  []*testmodel.Pipelining
 }
 
 func (f *fakeGPUs) Devices() ([]placement.Device, error) { return f.devs, f.err }
 
 func (f *fakeGPUs) Open(i int) (backend.Backend, error) {
 	f.opened = append(f.opened, i)
+	if f.pipelining {
+		p := &testmodel.Pipelining{Backend: cpu.New(1)}
+		f.pipelined = append(f.pipelined, p)
+		return p, nil
+	}
 	if f.drawing {
 		d := &testmodel.Drawing{Backend: cpu.New(1)}
 		f.backends = append(f.backends, d)
@@ -476,4 +486,134 @@ func TestPlanPlacement(t *testing.T) {
 	if _, err := PlanPlacement(filepath.Join(t.TempDir(), "none.gguf")); err == nil || !strings.Contains(err.Error(), "none.gguf") {
 		t.Errorf("missing model: %v", err)
 	}
+}
+
+// TestPipelinedGeneration: on a device that queues decode steps (the
+// next step issued before the host has read the draws of the one before
+// it), generations give the tokens, text and ends the CPU gives them:
+// alone and side by side, stopped by their length, a stop string, the end
+// of the context or their reader, and cancelled.
+func TestPipelinedGeneration(t *testing.T) {
+	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	opts := []Option{WithParallel(3), WithContext(96)}
+	cpuModel := loadStories(t, opts...)
+	f := &fakeGPUs{devs: []placement.Device{{Index: 0, Name: "fake", FreeBytes: 80 << 30}}, pipelining: true}
+	withGPUs(t, f)
+	m, err := Load(context.Background(), path, append(opts, WithBackend("cuda"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	type result struct {
+		text   string
+		ids    []int32
+		reason string
+	}
+	gen := func(m *Model, prompt string, o []GenerateOption) (result, error) {
+		var r result
+		var sb strings.Builder
+		for tok, err := range m.Generate(context.Background(), prompt, o...) {
+			if err != nil {
+				return r, err
+			}
+			sb.WriteString(tok.Text)
+			if !tok.Done {
+				r.ids = append(r.ids, tok.ID)
+			} else {
+				r.reason = tok.FinishReason
+			}
+		}
+		r.text = sb.String()
+		return r, nil
+	}
+	cases := []struct {
+		name   string
+		prompt string
+		opts   []GenerateOption
+	}{
+		{"greedy", "Once upon a time", []GenerateOption{WithTemperature(0), WithMaxTokens(40)}},
+		{"tempered", "Once upon a time", []GenerateOption{WithTemperature(0.8), WithSeed(3), WithMaxTokens(30)}},
+		{"one token", "The dog", []GenerateOption{WithTemperature(0), WithMaxTokens(1)}},
+		{"two tokens", "The dog", []GenerateOption{WithTemperature(0), WithMaxTokens(2)}},
+		{"stop string", "Once upon a time", []GenerateOption{WithTemperature(0), WithStop("park"), WithMaxTokens(60)}},
+		{"context end", "Lily and Ben", []GenerateOption{WithTemperature(0.7), WithSeed(5)}},
+		{"hot", "Lily", []GenerateOption{WithTemperature(1.6), WithSeed(11), WithMaxTokens(50)}},
+	}
+	want := make([]result, len(cases))
+	for i, c := range cases {
+		if want[i], err = gen(cpuModel, c.prompt, c.opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string, got, want result) {
+		t.Helper()
+		if !slices.Equal(got.ids, want.ids) || got.text != want.text || got.reason != want.reason {
+			t.Errorf("%s: %d tokens %q (%s), want %d %q (%s)", what, len(got.ids), got.text, got.reason, len(want.ids), want.text, want.reason)
+		}
+	}
+	chained := func() int {
+		n := 0
+		for _, p := range f.pipelined {
+			n += p.Chained
+		}
+		return n
+	}
+	for i, c := range cases {
+		got, err := gen(m, c.prompt, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(c.name, got, want[i])
+	}
+	if chained() == 0 {
+		t.Fatal("no step was issued ahead")
+	}
+	// Three at a time, joining and leaving while steps are queued.
+	got := make([]result, len(cases))
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 3)
+	for i, c := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			got[i], errs[i] = gen(m, c.prompt, c.opts)
+		}()
+	}
+	wg.Wait()
+	for i, c := range cases {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		check(c.name+" beside others", got[i], want[i])
+	}
+	// A reader that stops early, and one whose context is cancelled:
+	// the next generation is unaffected.
+	n := 0
+	for _, err := range m.Generate(context.Background(), "Once upon a time", WithTemperature(0)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n++; n == 5 {
+			break
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n = 0
+	for _, err := range m.Generate(ctx, "Once upon a time", WithTemperature(0)) {
+		if n++; n == 3 {
+			cancel()
+		}
+		if err != nil {
+			break
+		}
+	}
+	cancel()
+	r, err := gen(m, cases[0].prompt, cases[0].opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after a stopped reader", r, want[0])
 }

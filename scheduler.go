@@ -77,12 +77,91 @@ type scheduler struct {
 	submit chan *request
 	quit   chan struct{}
 	done   chan struct{}
+	// pipe is, in order, the requests of the decode step issued ahead
+	// (follow) and not yet handed out.
+	pipe []*request
 }
 
 func startScheduler(m *Model) *scheduler {
 	s := &scheduler{m: m, submit: make(chan *request), quit: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
+}
+
+// decodeStep runs the decode step of the live requests (active, whose
+// rows seqs, toks, streams and rows are): where the backend queues steps
+// and every stream draws there, through the engine's pipeline (follow),
+// else as one step that waits for its draws or logits.
+func (s *scheduler) decodeStep(active []*request, seqs []*engine.Sequence, toks []int32, streams []*stream, rows [][]float32, quiet bool, buf *stepBuffers) error {
+	m := s.m
+	if !m.eng.Pipelined() {
+		return m.decodeStep(seqs, toks, streams, rows, buf)
+	}
+	buf.samplings = buf.samplings[:0]
+	for _, st := range streams {
+		d, ok := st.deviceDraw()
+		if !ok {
+			return m.decodeStep(seqs, toks, streams, rows, buf)
+		}
+		buf.samplings = append(buf.samplings, d)
+	}
+	if err := m.eng.IssueSampled(seqs, toks, buf.samplings); err != nil {
+		return err
+	}
+	s.pipe = append(s.pipe[:0], active...)
+	return s.follow(active, quiet, buf)
+}
+
+// follow hands each live request its draw of the step in flight, issued
+// for the requests in s.pipe. If those are the live requests (active,
+// in order), nothing else waits (quiet: no prompt to read) and each will
+// feed its draw, the step after it is issued first, so that the device
+// runs it while the host turns these draws into text; s.pipe then holds
+// its requests.
+func (s *scheduler) follow(active []*request, quiet bool, buf *stepBuffers) error {
+	m := s.m
+	same := quiet && len(active) == len(s.pipe)
+	for i := 0; same && i < len(active); i++ {
+		same = active[i] == s.pipe[i] && s.feedsDraw(active[i])
+	}
+	if same {
+		if err := m.eng.IssueNext(); err != nil {
+			return err
+		}
+	}
+	if cap(buf.ids) < len(s.pipe) {
+		buf.ids = make([]int32, m.eng.MaxBatch())
+	}
+	ids := buf.ids[:len(s.pipe)]
+	if err := m.eng.WaitSampled(ids); err != nil {
+		return err
+	}
+	j := 0
+	for i, r := range s.pipe {
+		if j < len(active) && active[j] == r {
+			r.st.drawn = ids[i]
+			j++
+		}
+	}
+	if !same {
+		s.pipe = s.pipe[:0]
+	}
+	return nil
+}
+
+// feedsDraw says whether r will feed its next draw: it may go on past
+// the draw of the step in flight (its length and the context allow one
+// more step, as advance will judge it then) and is not cancelled.
+func (s *scheduler) feedsDraw(r *request) bool {
+	g := r.st.g
+	return (g.MaxTokens <= 0 || r.st.generated+1 < g.MaxTokens) && r.seq.Pos()+1 < s.m.eng.Context() && r.ctx.Err() == nil
+}
+
+// dropIssued forgets the steps issued and not handed out, after a
+// failure.
+func (s *scheduler) dropIssued() {
+	s.m.eng.DropIssued()
+	s.pipe = s.pipe[:0]
 }
 
 func (s *scheduler) stop() {
@@ -124,6 +203,7 @@ func (s *scheduler) loop() {
 			case r := <-s.submit:
 				filling = append(filling, r)
 			case <-s.quit:
+				s.dropIssued()
 				end(ErrClosed)
 				return
 			default:
@@ -158,13 +238,23 @@ func (s *scheduler) loop() {
 			fed = append(fed, n)
 		}
 		filling = keep
-		if len(seqs) == 0 && (len(fed) == 0 || fed[0] == 0) {
+		var err error
+		if len(s.pipe) > 0 {
+			// The step feeding toks is on the device already, issued
+			// after the one whose draws advance just took.
+			err = s.follow(active, len(filling) == 0, &buf)
+			seqs, toks, streams, rows = seqs[:0], toks[:0], streams[:0], rows[:0]
+		}
+		if err == nil && len(seqs) == 0 && (len(fed) == 0 || fed[0] == 0) {
 			continue
 		}
-		var err error
-		if len(fed) == 0 || fed[0] == 0 {
-			err = s.m.decodeStep(seqs, toks, streams, rows, &buf)
-		} else {
+		switch {
+		case err != nil:
+		case len(fed) == 0 || fed[0] == 0:
+			if len(seqs) > 0 {
+				err = s.decodeStep(active, seqs, toks, streams, rows, len(filling) == 0, &buf)
+			}
+		default:
 			prompts = prompts[:0]
 			for i := range seqs {
 				one[i] = toks[i]
@@ -180,6 +270,7 @@ func (s *scheduler) loop() {
 			err = s.fill(seqs, prompts, rows, filling, fed, &buf)
 		}
 		if err != nil {
+			s.dropIssued()
 			end(err)
 			active, filling = active[:0], filling[:0]
 			continue

@@ -264,3 +264,29 @@ type Sampling struct {
 type Sampler interface {
 	RunSampled(b *Batch, s []Sampling, out []int32) error
 }
+
+// Pipeliner is implemented by Samplers that can queue decode steps ahead
+// of the host: the next step, fed the draws of the one before it, is
+// queued before those draws reach the host, so that the device goes from
+// one step to the next without waiting for the host in between. At most
+// MaxPipelined steps are issued and not waited for; any other run of the
+// executable fails while one is.
+type Pipeliner interface {
+	Sampler
+	// IssueSampled queues RunSampled(b, s, ·) for a decode batch (one row
+	// a sequence, row i selected as the i-th) and returns without
+	// waiting for it.
+	IssueSampled(b *Batch, s []Sampling) error
+	// IssueNext queues the step after the one issued last (by
+	// IssueSampled or IssueNext, with no other run since): each row's
+	// token is its draw of that step, its position one further, and its
+	// draw's Step one further.
+	IssueNext() error
+	// WaitSampled waits for the oldest step issued and not yet waited for
+	// and writes its draws into out ([rows]).
+	WaitSampled(out []int32) error
+}
+
+// MaxPipelined is the most steps a Pipeliner holds issued and not waited
+// for.
+const MaxPipelined = 2

@@ -68,6 +68,7 @@ type Model struct {
 	// has ring caches (sliding windows), whose old positions are
 	// overwritten.
 	held [][]int32
+	pipe pipeline // decode steps issued ahead of the host (pipeline.go)
 }
 
 // ErrClosed is returned by a closed model.
@@ -121,6 +122,9 @@ func Load(p *weights.Provider, be backend.Backend, opts Options) (*Model, error)
 	progress("compile", 1, 1)
 	m := &Model{Weights: p, Config: cfg, Backend: be, prog: prog, exec: exec, ctx: ctx,
 		logits: make([]float32, slots*cfg.VocabSize)}
+	if pl, ok := exec.(backend.Pipeliner); ok {
+		m.pipe.pipeliner = pl
+	}
 	for s := slots - 1; s >= 0; s-- {
 		m.free = append(m.free, s)
 	}
@@ -361,6 +365,7 @@ func (s *Sequence) feed(tokens []int32, all bool, out []float32) ([]float32, err
 	if m.closed {
 		return nil, ErrClosed
 	}
+	m.settle()
 	s.feeding()
 	var view []float32
 	for start := 0; start < len(tokens); start += m.prog.MaxRows {
@@ -470,6 +475,7 @@ func (m *Model) step(seqs []*Sequence, tokens []int32, run func(*backend.Batch) 
 	if m.closed {
 		return ErrClosed
 	}
+	m.settle()
 	for _, s := range seqs {
 		s.feeding()
 	}
@@ -520,6 +526,7 @@ func (m *Model) Prefill(seqs []*Sequence, prompts [][]int32, out []float32) erro
 	if m.closed {
 		return ErrClosed
 	}
+	m.settle()
 	for _, s := range seqs {
 		s.feeding()
 	}
@@ -594,6 +601,7 @@ func (s *Sequence) Hidden(tokens []int32) ([]float32, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
+	m.settle()
 	s.feeding()
 	b := &m.batch
 	b.HiddenOnly = true
@@ -629,6 +637,7 @@ func (s *Sequence) Keys(layer int) ([]float32, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
+	m.settle()
 	if err := kr.ReadKeys(layer, s.slot, 0, s.pos, out); err != nil {
 		return nil, err
 	}

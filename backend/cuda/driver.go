@@ -79,6 +79,8 @@ type driverAPI struct {
 	ctxSync       uintptr `raw:"cuCtxSynchronize"`
 	graphLaunch   uintptr `raw:"cuGraphLaunch"`
 	launchEx      uintptr `raw:"cuLaunchKernelEx"`
+	eventRecord   uintptr `raw:"cuEventRecord"`
+	eventSync     uintptr `raw:"cuEventSynchronize"`
 
 	version int // cuDriverGetVersion: 1000*major + 10*minor
 }

@@ -66,7 +66,8 @@ type exec struct {
 	cfg           launchConfig
 	attr          launchAttr
 
-	draw *drawState // device draws (sample.go), set up on first use
+	draw  *drawState // device draws (sample.go), set up on first use
+	chain chain      // decode steps queued ahead of the host (chain.go)
 
 	alpha, beta float32  // cuBLAS scalars, read through pointers
 	sys         callArgs // arguments of the replay's driver calls
@@ -387,7 +388,7 @@ func (e *exec) allocate(pl *planned) error {
 type drawHost struct {
 	seed, step []uint64
 	temp       []float32
-	ids        []int32
+	ids        [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
 }
 
 // stageHost lays out the host side of a run (exec.pinned) in one block of
@@ -395,7 +396,7 @@ type drawHost struct {
 func (e *exec) stageHost() {
 	p, m := e.p, e.p.MaxRows
 	metaBytes := (4*(metaArrays+4*m) + 7) &^ 7
-	drawBytes := (20*m + 4*m + 7) &^ 7
+	drawBytes := (20*m + 4*backend.MaxPipelined*m + 7) &^ 7
 	outFloats := min(m, smallRows) * max(p.Vocab, p.Dim)
 	size := metaBytes + drawBytes + 4*outFloats
 	var block unsafe.Pointer
@@ -414,7 +415,9 @@ func (e *exec) stageHost() {
 	dh.seed = unsafe.Slice((*uint64)(at(metaBytes)), m)
 	dh.step = unsafe.Slice((*uint64)(at(metaBytes+8*m)), m)
 	dh.temp = unsafe.Slice((*float32)(at(metaBytes+16*m)), m)
-	dh.ids = unsafe.Slice((*int32)(at(metaBytes+20*m)), m)
+	for i := range dh.ids {
+		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+20*m+4*i*m)), m)
+	}
 	e.staged = unsafe.Slice((*float32)(at(metaBytes+drawBytes)), outFloats)
 }
 
@@ -588,6 +591,9 @@ func (e *exec) Close() error {
 	if err := e.be.current(); err != nil {
 		return err
 	}
+	if e.chain.inFlight() > 0 {
+		e.be.drv.cuCtxSynchronize() // steps issued and never waited for
+	}
 	return e.free()
 }
 
@@ -618,11 +624,13 @@ func (e *exec) free() error {
 			*s = 0
 		}
 	}
-	if e.event != 0 {
-		if r := d.cuEventDestroy(e.event); r != 0 {
-			errs = append(errs, d.err(r))
+	for _, ev := range append([]*uintptr{&e.event}, e.chain.eventPtrs()...) {
+		if *ev != 0 {
+			if r := d.cuEventDestroy(*ev); r != 0 {
+				errs = append(errs, d.err(r))
+			}
+			*ev = 0
 		}
-		e.event = 0
 	}
 	for _, ptr := range e.allocs {
 		if r := d.cuMemFree(ptr); r != 0 {

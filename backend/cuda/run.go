@@ -95,6 +95,9 @@ func (e *exec) output(b *backend.Batch) (src uint64, n int, err error) {
 	if e.closed {
 		return 0, 0, errClosed
 	}
+	if e.chain.inFlight() > 0 {
+		return 0, 0, errInFlight
+	}
 	p := e.p
 	if err := p.Validate(b); err != nil {
 		return 0, 0, err
@@ -172,6 +175,7 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	if r := c.call(d.ctxSetCurrent, 1); r != 0 {
 		return false, fmt.Errorf("cuda: cuCtxSetCurrent: %w", d.err(r))
 	}
+	e.chain.next = false // meta is the host's again
 	rows, sel := len(b.Tokens), len(b.Selected)
 	h, m := e.host, p.MaxRows
 	h[metaRows], h[metaSelected] = int32(rows), int32(sel)
@@ -189,14 +193,27 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	if r := c.call(d.htoDAsync, 4); r != 0 {
 		return false, fmt.Errorf("cuda: copying the batch: %w", d.err(r))
 	}
-	out, deep := outDevice, 0
+	out := outDevice
 	switch {
 	case b.HiddenOnly:
 		out = outHidden
 	case stage && e.staging && sel == 1:
 		out = outStaged
 	}
-	if e.deepAt > 0 && slices.Max(b.Pos) >= e.deepAt {
+	if err := e.enqueue(rows, sel, out, slices.Max(b.Pos)); err != nil {
+		return false, err
+	}
+	return out == outStaged, nil
+}
+
+// enqueue issues the launches of a batch of rows rows, sel selected, whose
+// deepest row is at position deepest, for output out: a small batch as
+// one graph replay (captured on first use). meta must hold the batch, or
+// be on its way there in stream order.
+func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
+	d, c := e.be.drv, &e.sys
+	deep := 0
+	if e.deepAt > 0 && deepest >= e.deepAt {
 		deep = 1
 	}
 	if rows <= smallRows && !e.debugSync {
@@ -210,31 +227,30 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 				err = e.capture(g, rows, sel, out, deep == 1, false)
 			}
 			if err != nil {
-				return false, err
+				return err
 			}
 		}
 		*c = callArgs{*g, 0}
 		if r := c.call(d.graphLaunch, 2); r != 0 {
-			return false, fmt.Errorf("cuda: replaying the plan for %d rows: %w", rows, d.err(r))
+			return fmt.Errorf("cuda: replaying the plan for %d rows: %w", rows, d.err(r))
 		}
-		return out == outStaged, nil
-	} else {
-		for i := range e.launches {
-			l := &e.launches[i]
-			if !l.runs(rows, sel, b.HiddenOnly, deep == 1) {
-				continue
-			}
-			r := e.launch(l, rows, sel, 0, false)
-			if r == 0 && e.debugSync {
-				r = d.cuCtxSynchronize()
-			}
-			if r != 0 {
-				op := &p.Ops[l.op]
-				return false, fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
-			}
+		return nil
+	}
+	for i := range e.launches {
+		l := &e.launches[i]
+		if !l.runs(rows, sel, out == outHidden, deep == 1) {
+			continue
+		}
+		r := e.launch(l, rows, sel, 0, false)
+		if r == 0 && e.debugSync {
+			r = d.cuCtxSynchronize()
+		}
+		if r != 0 {
+			op := &e.p.Ops[l.op]
+			return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
 		}
 	}
-	return false, nil
+	return nil
 }
 
 // runs reports whether a launch applies to a batch of rows rows, sel

@@ -74,8 +74,14 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_partial(float2* 
 }
 
 // draw_pick: block r takes the best of row r's chunks candidates into
-// out[r] (-1 when every logit was NaN or -Inf).
-extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_pick(int* out, const float2* part, const int* meta, int chunks) {
+// out[r] (-1 when every logit was NaN or -Inf). It also readies meta for
+// the step after a decode batch's (backend.Pipeliner's IssueNext): row r
+// is fed its draw (token 0 where there was none; the host reports that
+// step's error), one position further, with its draw's step one further.
+// Every other run stages meta and the steps from the host again, so for
+// them these writes are dead.
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_pick(int* out, const float2* part, const int* meta, int chunks,
+        int* tokens, int* pos, u64* step) {
     int r = blockIdx.x;
     if (r >= meta[1]) return;
     float best = NEG_INF;
@@ -86,5 +92,10 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_pick(int* out, c
         if (better(p.x, pid, best, id)) { best = p.x; id = pid; }
     }
     block_best(&best, &id);
-    if (threadIdx.x == 0) out[r] = id;
+    if (threadIdx.x == 0) {
+        out[r] = id;
+        tokens[r] = max(id, 0);
+        pos[r] += 1;
+        step[r] += 1;
+    }
 }

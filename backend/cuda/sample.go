@@ -28,8 +28,8 @@ type drawState struct {
 	ids           uint64 // device: int32 [MaxRows]
 	chunks        int
 	partial, pick uintptr
-	args          [8 + 4]uint64 // draw_partial's 8 arguments, then draw_pick's 4
-	params        [8 + 4]uintptr
+	args          [8 + 7]uint64 // draw_partial's 8 arguments, then draw_pick's 7
+	params        [8 + 7]uintptr
 }
 
 var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no token to draw")
@@ -37,27 +37,54 @@ var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no t
 // RunSampled implements backend.Sampler: Run, then each selected row's
 // token drawn on the device by s[i] (sample.SampleGumbel's draw).
 func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) error {
-	if e.closed {
-		return errClosed
+	if len(out) != len(b.Selected) {
+		return fmt.Errorf("cuda: %d selected rows and %d outputs", len(b.Selected), len(out))
 	}
-	p := e.p
-	if err := p.Validate(b); err != nil {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if e.chain.inFlight() > 0 {
+		return errInFlight
+	}
+	if err := e.stageDraws(b, s); err != nil {
 		return err
 	}
 	sel := len(b.Selected)
+	if _, err := e.replay(b, true, false); err != nil {
+		return err
+	}
+	if err := e.launchDraws(sel); err != nil {
+		e.sys.call(e.be.drv.ctxSync, 0)
+		return err
+	}
+	ids := e.drawHost.ids[0][:sel]
+	if err := e.fetch(unsafe.Pointer(&ids[0]), e.draw.ids, 4*sel); err != nil {
+		return err
+	}
+	copy(out, ids)
+	return checkDraws(out, b.Selected)
+}
+
+// stageDraws checks a batch to draw from by s, sets the draws up on first
+// use and stages their parameters on the host, for the batch's copy to
+// take along. The caller has locked its OS thread.
+func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
+	if e.closed {
+		return errClosed
+	}
+	if err := e.p.Validate(b); err != nil {
+		return err
+	}
 	switch {
 	case b.HiddenOnly:
 		return errors.New("cuda: a hidden-state batch has no logits to draw from")
-	case len(s) != sel || len(out) != sel:
-		return fmt.Errorf("cuda: %d selected rows, %d samplings and %d outputs", sel, len(s), len(out))
+	case len(s) != len(b.Selected):
+		return fmt.Errorf("cuda: %d selected rows and %d samplings", len(b.Selected), len(s))
 	}
 	for i, x := range s {
 		if !(x.Temperature >= 0) || math.IsInf(float64(x.Temperature), 1) {
 			return fmt.Errorf("cuda: row %d: temperature %v", i, x.Temperature)
 		}
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	if e.be.closed {
 		return errBackendClosed
 	}
@@ -75,9 +102,11 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 	for i, x := range s {
 		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
 	}
-	if _, err := e.replay(b, true, false); err != nil {
-		return err
-	}
+	return nil
+}
+
+// launchDraws queues the draws of the sel selected rows' logits.
+func (e *exec) launchDraws(sel int) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
 	*c = callArgs{ds.partial, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, 0, uintptr(unsafe.Pointer(&ds.params[0])), 0}
 	r := c.call(d.launchKernel, 11)
@@ -87,16 +116,17 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 	}
 	runtime.KeepAlive(ds)
 	if r != 0 {
-		c.call(d.ctxSync, 0)
 		return fmt.Errorf("cuda: launching the draws: %w", d.err(r))
 	}
-	if err := e.fetch(unsafe.Pointer(&dh.ids[0]), ds.ids, 4*sel); err != nil {
-		return err
-	}
-	copy(out, dh.ids[:sel])
+	return nil
+}
+
+// checkDraws reports a row of out without a token (selected says which
+// batch row it was).
+func checkDraws(out, selected []int32) error {
 	for i, id := range out {
 		if id < 0 {
-			return fmt.Errorf("row %d: %w", b.Selected[i], errNoCandidate)
+			return fmt.Errorf("row %d: %w", selected[i], errNoCandidate)
 		}
 	}
 	return nil
@@ -127,9 +157,10 @@ func (e *exec) newDrawState() error {
 		*a.ptr = ptr
 	}
 	seed := e.meta + uint64(e.drawAt)
-	ds.args = [12]uint64{
+	field := func(k int) uint64 { return e.meta + uint64(4*(metaArrays+k*m)) }
+	ds.args = [15]uint64{
 		ds.part, e.bufs[p.Logits], seed + uint64(16*m), seed, seed + uint64(8*m), e.meta, uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)),
-		ds.ids, ds.part, e.meta, uint64(uint32(ds.chunks)),
+		ds.ids, ds.part, e.meta, uint64(uint32(ds.chunks)), field(fieldTokens), field(fieldPos), seed + uint64(8*m),
 	}
 	for i := range ds.args {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))

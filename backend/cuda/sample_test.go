@@ -75,3 +75,154 @@ func TestDeviceDraws(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelinedDraws: decode steps queued ahead of the host (IssueSampled,
+// then IssueNext and WaitSampled a step: the device feeds each row its
+// draw, one position further, and draws again without the host between)
+// draw what StepSampled draws with the host feeding the draws back, for
+// one row (graph replays), three, and ten (plain launches); other runs
+// fail while steps are in flight, and the pipeline's misuse is an error.
+func TestPipelinedDraws(t *testing.T) {
+	gpu := newGPU(t)
+	w, err := weights.Open(filepath.Join("..", "..", "testdata", "models", "llama3-tiny"), weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	load := func() *engine.Model {
+		m, err := engine.Load(w, gpu, engine.Options{Context: 64, MaxBatch: 16, Slots: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ref, m := load(), load()
+	defer ref.Close()
+	defer m.Close()
+	if !m.Pipelined() {
+		t.Fatal("the CUDA plan does not queue decode steps")
+	}
+	const steps = 20
+	for _, rows := range []int{1, 3, 10} {
+		refSeqs, seqs := make([]*engine.Sequence, rows), make([]*engine.Sequence, rows)
+		toks := make([]int32, rows)
+		s := make([]backend.Sampling, rows)
+		for i := range rows {
+			refSeqs[i], _ = ref.NewSequence()
+			seqs[i], _ = m.NewSequence()
+			toks[i] = int32(5 + 37*i)
+			s[i] = backend.Sampling{Temperature: []float32{0, 0.7, 1.3}[i%3], Seed: uint64(40 + i), Step: uint64(i)}
+		}
+		first := append([]int32(nil), toks...)
+		want := make([][]int32, steps)
+		for step := range steps {
+			si := append([]backend.Sampling(nil), s...)
+			for i := range si {
+				si[i].Step += uint64(step)
+			}
+			want[step] = make([]int32, rows)
+			if err := ref.StepSampled(refSeqs, toks, si, want[step]); err != nil {
+				t.Fatal(err)
+			}
+			copy(toks, want[step])
+		}
+		if err := m.IssueSampled(seqs, first, s); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]int32, rows)
+		for step := range steps {
+			if step < steps-1 {
+				if err := m.IssueNext(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := m.WaitSampled(got); err != nil {
+				t.Fatal(err)
+			}
+			for i := range rows {
+				if got[i] != want[step][i] {
+					t.Fatalf("%d rows, step %d, row %d: pipelined draw %d, stepped %d", rows, step, i, got[i], want[step][i])
+				}
+			}
+		}
+		for i := range rows {
+			refSeqs[i].Close()
+			seqs[i].Close()
+		}
+	}
+
+	// The executable's own rules, under the engine's.
+	x, err := gpu.Compile(headProgram(t, "Q8_0", 1000, 256, 0)) // 4 rows, 2 slots, 32 positions
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	e := x.(*exec)
+	b := &backend.Batch{Tokens: []int32{1, 2}, Pos: []int32{0, 0}, Slots: []int32{0, 1}, Selected: []int32{0, 1}}
+	two := []backend.Sampling{{}, {Temperature: 1}}
+	ids := make([]int32, 2)
+	if err := e.IssueNext(); err == nil {
+		t.Error("IssueNext with nothing issued succeeded")
+	}
+	if err := e.WaitSampled(ids); err == nil {
+		t.Error("WaitSampled with nothing issued succeeded")
+	}
+	if err := e.IssueSampled(&backend.Batch{Tokens: []int32{1, 2}, Pos: []int32{0, 1}, Slots: []int32{0, 0}, Selected: []int32{1}}, two[:1]); err == nil {
+		t.Error("a prefill batch was issued")
+	}
+	if err := e.IssueSampled(b, two); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.IssueNext(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.IssueNext(); err == nil {
+		t.Error("a third step in flight was accepted")
+	}
+	if err := e.Run(b, make([]float32, 2*1000)); err == nil {
+		t.Error("Run with steps in flight succeeded")
+	}
+	if err := e.RunSampled(b, two, ids); err == nil {
+		t.Error("RunSampled with steps in flight succeeded")
+	}
+	if err := e.WaitSampled(ids[:1]); err == nil {
+		t.Error("WaitSampled into the wrong number of rows succeeded")
+	}
+	// A decode step issued with one in flight waits for its staging
+	// memory, and the draws come out in order.
+	if err := e.WaitSampled(ids); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.IssueSampled(&backend.Batch{Tokens: []int32{7, 8}, Pos: []int32{2, 2}, Slots: []int32{0, 1}, Selected: []int32{0, 1}}, two); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := e.WaitSampled(ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.chain.inFlight() != 0 {
+		t.Errorf("%d steps in flight after every wait", e.chain.inFlight())
+	}
+	if err := e.Run(b, make([]float32, 2*1000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.IssueNext(); err == nil {
+		t.Error("IssueNext after Run succeeded")
+	}
+	// The context's end: positions 30 and 31 run, 32 does not.
+	if err := e.IssueSampled(&backend.Batch{Tokens: []int32{7, 8}, Pos: []int32{30, 29}, Slots: []int32{0, 1}, Selected: []int32{0, 1}}, two); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.IssueNext(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := e.WaitSampled(ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.IssueNext(); err == nil {
+		t.Error("a step past the context was issued")
+	}
+}

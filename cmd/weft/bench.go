@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/weftlm/weft"
+	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/placement"
 	"github.com/weftlm/weft/weights"
@@ -26,7 +28,7 @@ func init() {
 // benchResult is one line of `weft bench --json`, named as llama-bench's
 // fields are but in weft's spelling.
 type benchResult struct {
-	Test       string    `json:"test"` // "pp512", "tg128", "tg128 @ d4096", "tg128 x4" (4 sequences at once)
+	Test       string    `json:"test"` // "pp512", "tg128", "tg128 @ d4096", "tg128 x4" (4 sequences at once), "tg128 drawn" (--draw)
 	TokPerSec  float64   `json:"tokens_per_second"`
 	Stddev     float64   `json:"stddev"`
 	Threads    int       `json:"threads"`
@@ -40,6 +42,7 @@ type benchSpec struct {
 	prompt, gen, repeats, threads, batch int
 	depth                                int    // tokens in the context before each test
 	parallel                             int    // sequences the tg test decodes at once
+	draw                                 bool   // the tg test feeds back greedy draws, pipelined (engine.IssueNext)
 	backend                              string // "cpu", "cuda" or "auto"
 	gpuLayers                            int
 	tensorSplit                          []float64
@@ -55,6 +58,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.gen, "n", 128, "tokens generated one decode step at a time (0: skip the tg test)")
 	fs.IntVar(&s.depth, "d", 0, "tokens already in the context when each test starts (llama-bench's -d)")
 	fs.IntVar(&s.parallel, "parallel", 1, "sequences the tg test decodes together, one token each a step (tok/s counts them all)")
+	fs.BoolVar(&s.draw, "draw", false, "tg: feed each step's greedy draw back, as generation does (drawn on the device, the next step queued before the host reads the token, where the backend can), instead of random tokens with the logits handed to the host as llama-bench does; the test is named tgN drawn")
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
@@ -209,9 +213,29 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	}
 	one := []int32{0}
 	toks, all := make([]int32, s.parallel), make([]float32, s.parallel*m.Vocab())
+	greedy := make([]backend.Sampling, s.parallel)
 	tg := func(steps int) error {
 		if err := start(); err != nil {
 			return err
+		}
+		if s.draw {
+			// A random first token, then the draws fed back: one step
+			// queued ahead while the host reads the draws of the last.
+			for i := range toks {
+				toks[i] = token()
+			}
+			if err := m.IssueSampled(seqs, toks, greedy); err != nil {
+				return err
+			}
+			for range steps - 1 {
+				if err := m.IssueNext(); err != nil {
+					return err
+				}
+				if err := m.WaitSampled(toks); err != nil {
+					return err
+				}
+			}
+			return m.WaitSampled(toks)
 		}
 		for range steps {
 			if s.parallel == 1 {
@@ -272,6 +296,9 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 		name := fmt.Sprintf("tg%d%s", s.gen, at)
 		if s.parallel > 1 {
 			name = fmt.Sprintf("tg%d x%d%s", s.gen, s.parallel, at)
+		}
+		if s.draw {
+			name = strings.Replace(name, fmt.Sprintf("tg%d", s.gen), fmt.Sprintf("tg%d drawn", s.gen), 1)
 		}
 		if err := measure(name, s.gen*s.parallel, func() error { return tg(min(s.gen, 4)) }, func() error { return tg(s.gen) }); err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", path, name, err)

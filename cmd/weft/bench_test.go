@@ -60,6 +60,15 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("parallel: %v, tests %+v", err, res)
 	}
 
+	// Draws fed back, a step queued ahead where the backend can.
+	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-d", "10", "-p", "0", "-n", "6", "-r", "2", "--parallel", "2", "--draw", "--json")
+	if code != 0 {
+		t.Fatalf("drawn: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || len(res) != 1 || res[0].Test != "tg6 drawn x2 @ d10" || !(res[0].TokPerSec > 0) {
+		t.Fatalf("drawn: %v, tests %+v", err, res)
+	}
+
 	for _, bad := range [][]string{
 		{"bench"},
 		{"bench", "-m", model, "--parallel", "0"},

@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/sample"
+)
+
+// Pipelined decode: IssueSampled queues a decode step with its draws,
+// IssueNext the step after it, fed those draws, and WaitSampled hands the
+// draws out, oldest first. On a backend.Pipeliner the device runs step
+// n+1 while the host turns step n's draw into text, so no host round trip
+// stands between two steps; elsewhere each step runs when it is issued,
+// with the same draws.
+
+// issued is a decode step issued and not yet handed out.
+type issued struct {
+	slots  []int32            // the rows' cache slots
+	pos    []int32            // the position each row was fed at
+	s      []backend.Sampling // the rows' draws
+	draws  []int32            // the draws, once landed
+	landed bool               // draws hold the step's draws (or err its failure)
+	err    error
+	// chained says the step after this one was issued by IssueNext, so
+	// its rows were fed these draws: landing records them as held.
+	chained bool
+}
+
+// pipeline is a model's issued steps: a ring of MaxPipelined+1 entries,
+// so that the step issued last stays readable (for IssueNext) after it is
+// handed out.
+type pipeline struct {
+	ring      [backend.MaxPipelined + 1]issued
+	head, n   int
+	last      int         // the entry issued last
+	seqs      []*Sequence // its rows
+	next      bool        // IssueNext may follow it: no other run since
+	pipeliner backend.Pipeliner
+}
+
+// Pipelined reports whether the backend queues decode steps ahead of the
+// host (IssueNext runs on the device without waiting for the step before
+// it), rather than running each step as it is issued.
+func (m *Model) Pipelined() bool { return m.pipe.pipeliner != nil }
+
+// IssueSampled queues the decode step StepSampled(seqs, tokens, s, ·)
+// would run and returns before its draws are known; WaitSampled hands
+// them out. At most backend.MaxPipelined steps are issued and not handed
+// out. Any other use of the model waits for the issued steps first.
+func (m *Model) IssueSampled(seqs []*Sequence, tokens []int32, s []backend.Sampling) error {
+	if len(s) != len(seqs) {
+		return fmt.Errorf("engine: %d sequences and %d samplings", len(seqs), len(s))
+	}
+	for i, x := range s {
+		if !(x.Temperature >= 0) || math.IsInf(float64(x.Temperature), 1) {
+			return fmt.Errorf("engine: sequence %d: temperature %v", i, x.Temperature)
+		}
+	}
+	p := &m.pipe
+	return m.step(seqs, tokens, func(b *backend.Batch) error {
+		// Under mu, with the steps issued before landed (step settles).
+		if p.n == backend.MaxPipelined {
+			return fmt.Errorf("engine: %d decode steps issued and not waited for", p.n)
+		}
+		e := p.push(len(seqs))
+		copy(e.s, s)
+		e.fill(seqs)
+		var err error
+		if p.pipeliner != nil {
+			err = p.pipeliner.IssueSampled(b, s)
+		} else {
+			e.landed = true
+			err = m.draw(b, s, e.draws)
+		}
+		if err != nil {
+			p.n--
+			return err
+		}
+		p.seqs, p.next = append(p.seqs[:0], seqs...), true
+		return nil
+	})
+}
+
+// IssueNext queues the decode step after the one issued last (by
+// IssueSampled or IssueNext, with no other run of the model since): the
+// same sequences, each fed its draw of that step, drawn with the same
+// temperature and seed and a Step one further.
+func (m *Model) IssueNext() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := &m.pipe
+	switch {
+	case m.closed:
+		return ErrClosed
+	case !p.next:
+		return errors.New("engine: IssueNext follows a step issued by IssueSampled or IssueNext, with no other run between")
+	case p.n == backend.MaxPipelined:
+		return fmt.Errorf("engine: %d decode steps issued and not waited for", p.n)
+	}
+	for i, s := range p.seqs {
+		if s.done {
+			return fmt.Errorf("engine: sequence %d is closed", i)
+		}
+		if s.pos+1 > m.ctx {
+			return &ContextError{Have: s.pos, Add: 1, Context: m.ctx}
+		}
+	}
+	prev := &p.ring[p.last]
+	if p.pipeliner == nil && prev.err != nil {
+		return prev.err
+	}
+	e := p.push(len(p.seqs))
+	for i := range e.s {
+		e.s[i] = prev.s[i]
+		e.s[i].Step++
+	}
+	e.fill(p.seqs)
+	for _, s := range p.seqs {
+		s.feeding()
+	}
+	var err error
+	if p.pipeliner != nil {
+		err = p.pipeliner.IssueNext()
+	} else {
+		// Each step ran as it was issued: the tokens are known.
+		b := &m.batch
+		b.Tokens, b.Pos, b.Slots, b.Selected = b.Tokens[:0], b.Pos[:0], b.Slots[:0], b.Selected[:0]
+		for i, s := range p.seqs {
+			b.Tokens = append(b.Tokens, prev.draws[i])
+			b.Pos = append(b.Pos, int32(s.pos))
+			b.Slots = append(b.Slots, int32(s.slot))
+			b.Selected = append(b.Selected, int32(i))
+		}
+		e.landed = true
+		err = m.draw(b, e.s, e.draws)
+	}
+	if err != nil {
+		p.n--
+		p.next = false
+		return err
+	}
+	for _, s := range p.seqs {
+		s.pos++
+	}
+	prev.chained = true
+	if prev.landed {
+		m.hold(prev)
+	}
+	return nil
+}
+
+// WaitSampled waits for the oldest step issued and not yet handed out and
+// writes its draws into out ([rows]).
+func (m *Model) WaitSampled(out []int32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := &m.pipe
+	if p.n == 0 {
+		return errors.New("engine: no decode step issued to wait for")
+	}
+	e := &p.ring[p.head]
+	if len(out) != len(e.draws) {
+		return fmt.Errorf("engine: %d draws to hand out, an output of %d", len(e.draws), len(out))
+	}
+	if !e.landed {
+		m.land(e)
+	}
+	p.head, p.n = (p.head+1)%len(p.ring), p.n-1
+	copy(out, e.draws)
+	return e.err
+}
+
+// DropIssued waits for every step issued and not handed out, and forgets
+// them (after a failure, or when their draws are not wanted).
+func (m *Model) DropIssued() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.settle()
+	m.pipe.head, m.pipe.n = 0, 0
+}
+
+// settle lands every issued step (the caller holds mu, and is about to run
+// something else on the plan); IssueNext may not follow.
+func (m *Model) settle() {
+	p := &m.pipe
+	p.next = false
+	for i := range p.n {
+		if e := &p.ring[(p.head+i)%len(p.ring)]; !e.landed {
+			m.land(e)
+		}
+	}
+}
+
+// land waits for e, the oldest step not landed (the caller holds mu).
+func (m *Model) land(e *issued) {
+	e.landed = true
+	if e.err = m.pipe.pipeliner.WaitSampled(e.draws); e.err != nil {
+		m.pipe.next = false
+		return
+	}
+	if e.chained {
+		m.hold(e)
+	}
+}
+
+// hold records e's draws as the tokens the step after it fed.
+func (m *Model) hold(e *issued) {
+	if m.held == nil {
+		return
+	}
+	for i, slot := range e.slots {
+		h, at := m.held[slot], int(e.pos[i])+1
+		if e.err == nil && len(h) == at {
+			m.held[slot] = append(h, e.draws[i])
+		} else if len(h) > at || e.err != nil {
+			m.held[slot] = h[:min(len(h), at)]
+		}
+	}
+}
+
+// draw runs b and draws its selected rows' tokens: on the device where the
+// backend can, else here from the logits.
+func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32) error {
+	if ds, ok := m.exec.(backend.Sampler); ok {
+		return ds.RunSampled(b, s, out)
+	}
+	v := m.Config.VocabSize
+	logits := m.scratchLogits(len(b.Selected))
+	if err := m.exec.Run(b, logits); err != nil {
+		return err
+	}
+	for i, x := range s {
+		id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
+		if err != nil {
+			return fmt.Errorf("engine: sequence %d: %w", i, err)
+		}
+		out[i] = id
+	}
+	return nil
+}
+
+// push takes the next ring entry, sized for rows rows, as the step issued
+// last.
+func (p *pipeline) push(rows int) *issued {
+	p.last = (p.head + p.n) % len(p.ring)
+	e := &p.ring[p.last]
+	if cap(e.draws) < rows {
+		*e = issued{slots: make([]int32, rows), pos: make([]int32, rows), s: make([]backend.Sampling, rows), draws: make([]int32, rows)}
+	}
+	e.landed, e.err, e.chained = false, nil, false
+	e.slots, e.pos, e.s, e.draws = e.slots[:rows], e.pos[:rows], e.s[:rows], e.draws[:rows]
+	p.n++
+	return e
+}
+
+// fill records e's rows: seqs, each fed at its position.
+func (e *issued) fill(seqs []*Sequence) {
+	for i, s := range seqs {
+		e.slots[i], e.pos[i] = int32(s.slot), int32(s.pos)
+	}
+}
