@@ -111,24 +111,20 @@ func (e *exec) IssueNext() error {
 	}
 	rows := c.rows[(c.issued-1)%backend.MaxPipelined]
 	c.next = false
-	if err := e.enqueue(rows, rows, outDevice, c.deepest+1); err != nil {
+	if err := e.enqueue(rows, rows, outDrawn, c.deepest+1); err != nil {
 		a.call(d.ctxSync, 0)
 		return err
 	}
 	return e.queueDraws(rows, c.deepest+1)
 }
 
-// queueDraws queues the draws of a decode step of rows rows just issued,
-// their copy into the step's slot and the slot's event.
+// queueDraws queues, behind a decode step of rows rows just issued with
+// its draws, the draws' copy into the step's slot and the slot's event.
 func (e *exec) queueDraws(rows int, deepest int32) error {
 	c, d, a := &e.chain, e.be.drv, &e.sys
 	fail := func(what string, r cuResult) error {
 		a.call(d.ctxSync, 0)
 		return fmt.Errorf("cuda: %s: %w", what, d.err(r))
-	}
-	if err := e.launchDraws(rows); err != nil {
-		a.call(d.ctxSync, 0)
-		return err
 	}
 	slot := c.issued % backend.MaxPipelined
 	ids := e.drawHost.ids[slot]

@@ -50,8 +50,8 @@ type exec struct {
 	params []uintptr
 
 	// graphs[rows][selected][out][deep] replays every launch of a batch
-	// of that shape (rows <= smallRows; out: outDevice, outHidden or
-	// outStaged; deep: a row at deepAt or past it); captured on first use
+	// of that shape (rows <= smallRows; out: outDevice, outHidden,
+	// outStaged or outDrawn; deep: a row at deepAt or past it); captured on first use
 	// on stream.
 	graphs [smallRows + 1][smallRows + 1][numOuts][2]uintptr
 	deepAt int32 // the position from which deep launches run (0: the plan has none)
@@ -103,6 +103,9 @@ const (
 	// them (splitLogits): a batch with one row selected, whose logits the
 	// host reads.
 	outStaged
+	// The logits left in device memory and the selected rows' tokens
+	// drawn from them (sample.go): the draws' launches follow the plan's.
+	outDrawn
 	numOuts
 )
 

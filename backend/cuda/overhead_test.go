@@ -50,10 +50,12 @@ func loadRecorded(t *testing.T, path string, opts engine.Options) (*engine.Model
 // one position: µs a step of ForwardInto (logits copied to the caller),
 // ForwardView (logits left in the staging memory, what weft bench
 // times), StepSampled (the token drawn on the device, what generation
-// runs), the graph replay alone waited for each step (the logits left on
-// the device, then copied by the graph: outStaged), and the graph
-// replayed back to back (the device time: nothing of the host between
-// steps). A measuring aid: it checks nothing.
+// runs, one step at a time), pipelined (IssueNext: generation's loop
+// where the backend queues steps), the graph replay alone waited for
+// each step (the logits left on the device, then copied by the graph:
+// outStaged), and the graph replayed back to back (the device time:
+// nothing of the host between steps), also with the draws (outDrawn). A
+// measuring aid: it checks nothing.
 func TestStepOverhead(t *testing.T) {
 	path := os.Getenv("WEFT_STEP_OVERHEAD")
 	if path == "" {
@@ -95,6 +97,25 @@ func TestStepOverhead(t *testing.T) {
 	seqs, ids := []*engine.Sequence{seq}, []int32{0}
 	s := []backend.Sampling{{}}
 	sampled := timed(func() error { return m.StepSampled(seqs, tok, s, ids) })
+	// Pipelined, as generation runs: each step queued before the host
+	// reads the draws of the one before (positions at to at+steps).
+	rewind()
+	start := time.Now()
+	if err := m.IssueSampled(seqs, tok, s); err != nil {
+		t.Fatal(err)
+	}
+	for range steps - 1 {
+		if err := m.IssueNext(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.WaitSampled(ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.WaitSampled(ids); err != nil {
+		t.Fatal(err)
+	}
+	pipelined := float64(time.Since(start).Microseconds()) / steps
 
 	// The model's first sequence holds cache slot 0.
 	b := &backend.Batch{Tokens: []int32{7}, Pos: []int32{at}, Slots: []int32{0}, Selected: []int32{0}}
@@ -114,25 +135,31 @@ func TestStepOverhead(t *testing.T) {
 	}
 	replay, staged := waited(false), waited(true)
 
-	g := e.graphs[1][1][outDevice][0] // at position 64: shallow
-	if g == 0 {
-		t.Fatal("no graph for one row")
-	}
-	start := time.Now()
-	if _, err := e.replay(b, false, false); err != nil {
-		t.Fatal(err)
-	}
-	c := &e.sys
-	for range steps - 1 {
-		*c = callArgs{g, 0}
-		if r := c.call(d.graphLaunch, 2); r != 0 {
+	// Back to back: the graph of the logits left on the device, and the
+	// one that also draws (whose draws move the position on, as the
+	// pipelined steps do).
+	backToBack := func(out int, draws bool) float64 {
+		g := e.graphs[1][1][out][0] // at position 64: shallow
+		if g == 0 {
+			t.Fatalf("no graph for one row (output %d)", out)
+		}
+		start := time.Now()
+		if _, err := e.replay(b, draws, false); err != nil {
+			t.Fatal(err)
+		}
+		c := &e.sys
+		for range steps - 1 {
+			*c = callArgs{g, 0}
+			if r := c.call(d.graphLaunch, 2); r != 0 {
+				t.Fatal(d.err(r))
+			}
+		}
+		if r := d.cuCtxSynchronize(); r != 0 {
 			t.Fatal(d.err(r))
 		}
+		return float64(time.Since(start).Microseconds()) / steps
 	}
-	if r := d.cuCtxSynchronize(); r != 0 {
-		t.Fatal(d.err(r))
-	}
-	device := float64(time.Since(start).Microseconds()) / steps
-	t.Logf("%s at position %d, µs a step: ForwardInto %.1f, ForwardView %.1f, StepSampled %.1f, replay and wait %.1f "+
-		"(copying the logits %.1f), back to back %.1f", filepath.Base(path), at, into, view, sampled, replay, staged, device)
+	device, drawn := backToBack(outDevice, false), backToBack(outDrawn, true)
+	t.Logf("%s at position %d, µs a step: ForwardInto %.1f, ForwardView %.1f, StepSampled %.1f, pipelined %.1f, replay and wait %.1f "+
+		"(copying the logits %.1f), back to back %.1f (drawing %.1f)", filepath.Base(path), at, into, view, sampled, pipelined, replay, staged, device, drawn)
 }

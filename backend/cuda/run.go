@@ -197,6 +197,8 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	switch {
 	case b.HiddenOnly:
 		out = outHidden
+	case draws:
+		out = outDrawn
 	case stage && e.staging && sel == 1:
 		out = outStaged
 	}
@@ -249,6 +251,9 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 			op := &e.p.Ops[l.op]
 			return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
 		}
+	}
+	if out == outDrawn {
+		return e.launchDraws(sel, 0, false)
 	}
 	return nil
 }
@@ -361,7 +366,7 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 			failed = fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, d.err(r))
 			break
 		}
-		if out == outStaged && l.copyLen > 0 {
+		if out == outStaged && l.copyLen > 0 && failed == nil {
 			forked = true
 			dst := uintptr(unsafe.Add(unsafe.Pointer(&e.staged[0]), l.copyOff))
 			r := d.cuEventRecord(e.event, e.stream)
@@ -375,6 +380,9 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 				failed = fmt.Errorf("cuda: capturing the logits' copy: %w", d.err(r))
 			}
 		}
+	}
+	if out == outDrawn && failed == nil {
+		failed = e.launchDraws(sel, e.stream, pdl)
 	}
 	if forked {
 		// Join the copies stream back, as a capture must end.

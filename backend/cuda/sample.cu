@@ -6,7 +6,8 @@
 // sample.SampleGumbel's: the division and the addition rounded to float32,
 // the logarithms in double, ties to the lowest id, NaN and -Inf never
 // drawn. Two launches: draw_partial takes the best of one vocabulary chunk
-// per block, draw_pick the best of a row's chunks.
+// per block, draw_pick the best of a row's chunks. Both open with pdl, as
+// they follow the plan's launches in its graphs (outDrawn).
 
 #define GUMBEL_GAMMA 0x9e3779b97f4a7c15ULL
 #define DRAW_THREADS 256
@@ -50,6 +51,7 @@ __device__ void block_best(float* s, int* id) {
 // r's draw.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_partial(float2* part, const float* logits,
         const float* temp, const u64* seed, const u64* step, const int* meta, int vocab, int chunk) {
+    pdl(true);
     int r = blockIdx.y;
     if (r >= meta[1]) return;
     const float* l = logits + (u64)r * vocab;
@@ -82,6 +84,7 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_partial(float2* 
 // them these writes are dead.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_pick(int* out, const float2* part, const int* meta, int chunks,
         int* tokens, int* pos, u64* step) {
+    pdl(false);
     int r = blockIdx.x;
     if (r >= meta[1]) return;
     float best = NEG_INF;

@@ -52,10 +52,6 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 	if _, err := e.replay(b, true, false); err != nil {
 		return err
 	}
-	if err := e.launchDraws(sel); err != nil {
-		e.sys.call(e.be.drv.ctxSync, 0)
-		return err
-	}
 	ids := e.drawHost.ids[0][:sel]
 	if err := e.fetch(unsafe.Pointer(&ids[0]), e.draw.ids, 4*sel); err != nil {
 		return err
@@ -105,14 +101,36 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 	return nil
 }
 
-// launchDraws queues the draws of the sel selected rows' logits.
-func (e *exec) launchDraws(sel int) error {
+// launchDraws queues the draws of the sel selected rows' logits on
+// stream, with programmatic dependent launch where pdl is set (the draw
+// kernels wait for the launch before them).
+func (e *exec) launchDraws(sel int, stream uintptr, pdl bool) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
-	*c = callArgs{ds.partial, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, 0, uintptr(unsafe.Pointer(&ds.params[0])), 0}
-	r := c.call(d.launchKernel, 11)
-	if r == 0 {
-		*c = callArgs{ds.pick, uintptr(sel), 1, 1, drawThreads, 1, 1, 0, 0, uintptr(unsafe.Pointer(&ds.params[8])), 0}
-		r = c.call(d.launchKernel, 11)
+	var r cuResult
+	for i, k := range []struct {
+		fn     uintptr
+		grid   int
+		params *uintptr
+	}{{ds.partial, ds.chunks, &ds.params[0]}, {ds.pick, sel, &ds.params[8]}} {
+		gy := sel
+		if i == 1 {
+			gy = 1
+		}
+		if pdl {
+			cfg := &e.cfg
+			*cfg = launchConfig{gridX: uint32(k.grid), gridY: uint32(gy), gridZ: 1, blockX: drawThreads, blockY: 1, blockZ: 1,
+				stream: stream, attrs: uintptr(unsafe.Pointer(&e.attr)), numAttrs: 1}
+			e.attr = launchAttr{id: attrProgrammaticSerialization}
+			e.attr.value[0] = 1
+			*c = callArgs{uintptr(unsafe.Pointer(cfg)), k.fn, uintptr(unsafe.Pointer(k.params)), 0}
+			r = c.call(d.launchEx, 4)
+		} else {
+			*c = callArgs{k.fn, uintptr(k.grid), uintptr(gy), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(k.params)), 0}
+			r = c.call(d.launchKernel, 11)
+		}
+		if r != 0 {
+			break
+		}
 	}
 	runtime.KeepAlive(ds)
 	if r != 0 {
