@@ -10,7 +10,7 @@ import (
 )
 
 // Decode steps queued ahead of the host (backend.Pipeliner). A decode step
-// with device draws ends in draw_pick, which also writes each row's draw
+// with device draws ends in draw, which also writes each row's draw
 // into meta as the row's next token, one position further, with its
 // draw's step one further (sample.cu). The step after it then needs
 // nothing from the host: IssueNext replays the same graph and draws
@@ -25,7 +25,7 @@ type chain struct {
 	rows           [backend.MaxPipelined]int     // each slot's rows
 	issued, waited uint64                        // steps issued and waited for; step k uses slot k % MaxPipelined
 	// next says whether meta holds the step after the one issued last
-	// (draw_pick made it), so that IssueNext may run it: set by the
+	// (draw made it), so that IssueNext may run it: set by the
 	// issues of decode steps, cleared by every other run's staging.
 	next    bool
 	deepest int32 // the deepest position of the step issued last

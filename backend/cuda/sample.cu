@@ -5,9 +5,8 @@
 // Gumbel noise, a pure function of (seed, step, token); the arithmetic is
 // sample.SampleGumbel's: the division and the addition rounded to float32,
 // the logarithms in double, ties to the lowest id, NaN and -Inf never
-// drawn. Two launches: draw_partial takes the best of one vocabulary chunk
-// per block, draw_pick the best of a row's chunks. Both open with pdl, as
-// they follow the plan's launches in its graphs (outDrawn).
+// drawn. One launch: a block takes the best of one vocabulary chunk, the
+// last block of a row the best of the row's chunks.
 
 #define GUMBEL_GAMMA 0x9e3779b97f4a7c15ULL
 #define DRAW_THREADS 256
@@ -45,13 +44,20 @@ __device__ void block_best(float* s, int* id) {
     }
 }
 
-// draw_partial: block (c, r) takes the best candidate of logits row r
-// ([selected rows, vocab]) within chunk c ([c*chunk, (c+1)*chunk)) into
-// part[r*chunks + c] (float score, int id). temp, seed and step are row
-// r's draw.
-extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_partial(float2* part, const float* logits,
-        const float* temp, const u64* seed, const u64* step, const int* meta, int vocab, int chunk) {
-    pdl(true);
+// draw: block (c, r) takes the best candidate of logits row r ([selected
+// rows, vocab]) within chunk c ([c*chunk, (c+1)*chunk)) into
+// part[r*chunks + c] (float score, int id); temp, seed and step are row
+// r's draw. The last of row r's blocks to finish (counted in done[r],
+// which it leaves at 0 again) takes the best of the row's chunks, in chunk
+// order, into out[r] (-1 when every logit was NaN or -Inf). It also readies
+// meta for the step after a decode batch's (backend.Pipeliner's
+// IssueNext): row r is fed its draw (token 0 where there was none; the
+// host reports that step's error), one position further, with its draw's
+// step one further. Every other run stages meta and the steps from the
+// host again, so for them these writes are dead.
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, const float* logits,
+        const float* temp, const u64* seed, u64* step, const int* meta, int vocab, int chunk,
+        int* out, unsigned* done, int* tokens, int* pos) {
     int r = blockIdx.y;
     if (r >= meta[1]) return;
     const float* l = logits + (u64)r * vocab;
@@ -72,25 +78,20 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_partial(float2* 
         if (better(s, i, best, id)) { best = s; id = i; }
     }
     block_best(&best, &id);
-    if (threadIdx.x == 0) part[(u64)r * gridDim.x + blockIdx.x] = make_float2(best, __int_as_float(id));
-}
-
-// draw_pick: block r takes the best of row r's chunks candidates into
-// out[r] (-1 when every logit was NaN or -Inf). It also readies meta for
-// the step after a decode batch's (backend.Pipeliner's IssueNext): row r
-// is fed its draw (token 0 where there was none; the host reports that
-// step's error), one position further, with its draw's step one further.
-// Every other run stages meta and the steps from the host again, so for
-// them these writes are dead.
-extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_pick(int* out, const float2* part, const int* meta, int chunks,
-        int* tokens, int* pos, u64* step) {
-    pdl(false);
-    int r = blockIdx.x;
-    if (r >= meta[1]) return;
-    float best = NEG_INF;
-    int id = -1;
+    int chunks = gridDim.x;
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        part[(u64)r * chunks + blockIdx.x] = make_float2(best, __int_as_float(id));
+        __threadfence(); // the partial is visible before the count says so
+        last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    best = NEG_INF;
+    id = -1;
     for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) {
-        float2 p = part[(u64)r * chunks + c];
+        float2 p = __ldcg(&part[(u64)r * chunks + c]);
         int pid = __float_as_int(p.y);
         if (better(p.x, pid, best, id)) { best = p.x; id = pid; }
     }
@@ -100,5 +101,6 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw_pick(int* out, c
         tokens[r] = max(id, 0);
         pos[r] += 1;
         step[r] += 1;
+        done[r] = 0;
     }
 }

@@ -11,25 +11,26 @@ import (
 )
 
 // Token draws on the device (sample.cu): after the plan has written the
-// selected rows' logits, draw_partial takes the best Gumbel-perturbed
-// logit of each vocabulary chunk and draw_pick the best chunk per row, so
-// a decode step copies one int32 a row back instead of [rows, vocab]
+// selected rows' logits, draw takes the best Gumbel-perturbed logit of each
+// vocabulary chunk in a block, and the last block of a row the best chunk,
+// so a decode step copies one int32 a row back instead of [rows, vocab]
 // floats (513 KB a row for a 128k vocabulary).
 
-// drawChunk is the vocabulary a draw_partial block covers: enough blocks
-// to spread a row over the device, few enough for draw_pick to scan.
+// drawChunk is the vocabulary a draw block covers: enough blocks to spread
+// a row over the device, few enough for the row's last block to scan.
 var drawChunk = 2048 // a variable so tests can cover many chunks with a small vocabulary
 
 // drawState is an exec's device memory and launch arguments for draws,
 // allocated on the first RunSampled. The parameters (seeds, steps and
 // temperatures) follow the batch in meta (exec.drawAt).
 type drawState struct {
-	part          uint64 // device: float2 [MaxRows, chunks]
-	ids           uint64 // device: int32 [MaxRows]
-	chunks        int
-	partial, pick uintptr
-	args          [8 + 7]uint64 // draw_partial's 8 arguments, then draw_pick's 7
-	params        [8 + 7]uintptr
+	part   uint64 // device: float2 [MaxRows, chunks]
+	ids    uint64 // device: int32 [MaxRows]
+	done   uint64 // device: uint32 [MaxRows], each row's blocks finished (0 between launches)
+	chunks int
+	fn     uintptr
+	args   [12]uint64 // draw's arguments
+	params [12]uintptr
 }
 
 var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no token to draw")
@@ -102,36 +103,13 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 }
 
 // launchDraws queues the draws of the sel selected rows' logits on
-// stream, with programmatic dependent launch where pdl is set (the draw
-// kernels wait for the launch before them).
-func (e *exec) launchDraws(sel int, stream uintptr, pdl bool) error {
+// stream. They follow the plan's last launch without programmatic
+// dependent launch: launched early, their blocks would hold room on the
+// multiprocessors that the output product's blocks need.
+func (e *exec) launchDraws(sel int, stream uintptr) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
-	var r cuResult
-	for i, k := range []struct {
-		fn     uintptr
-		grid   int
-		params *uintptr
-	}{{ds.partial, ds.chunks, &ds.params[0]}, {ds.pick, sel, &ds.params[8]}} {
-		gy := sel
-		if i == 1 {
-			gy = 1
-		}
-		if pdl {
-			cfg := &e.cfg
-			*cfg = launchConfig{gridX: uint32(k.grid), gridY: uint32(gy), gridZ: 1, blockX: drawThreads, blockY: 1, blockZ: 1,
-				stream: stream, attrs: uintptr(unsafe.Pointer(&e.attr)), numAttrs: 1}
-			e.attr = launchAttr{id: attrProgrammaticSerialization}
-			e.attr.value[0] = 1
-			*c = callArgs{uintptr(unsafe.Pointer(cfg)), k.fn, uintptr(unsafe.Pointer(k.params)), 0}
-			r = c.call(d.launchEx, 4)
-		} else {
-			*c = callArgs{k.fn, uintptr(k.grid), uintptr(gy), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(k.params)), 0}
-			r = c.call(d.launchKernel, 11)
-		}
-		if r != 0 {
-			break
-		}
-	}
+	*c = callArgs{ds.fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.params[0])), 0}
+	r := c.call(d.launchKernel, 11)
 	runtime.KeepAlive(ds)
 	if r != 0 {
 		return fmt.Errorf("cuda: launching the draws: %w", d.err(r))
@@ -157,17 +135,16 @@ const drawThreads = 256
 // launches' arguments; the context must be current.
 func (e *exec) newDrawState() error {
 	p := e.p
-	partial, ok1 := e.be.funcs["draw_partial"]
-	pick, ok2 := e.be.funcs["draw_pick"]
-	if !ok1 || !ok2 {
-		return errors.New("cuda: the draw kernels are missing")
+	fn, ok := e.be.funcs["draw"]
+	if !ok {
+		return errors.New("cuda: the draw kernel is missing")
 	}
 	m := p.MaxRows
-	ds := &drawState{chunks: (p.Vocab + drawChunk - 1) / drawChunk, partial: partial, pick: pick}
+	ds := &drawState{chunks: (p.Vocab + drawChunk - 1) / drawChunk, fn: fn}
 	for _, a := range []struct {
 		ptr *uint64
 		n   int
-	}{{&ds.part, 8 * m * ds.chunks}, {&ds.ids, 4 * m}} {
+	}{{&ds.part, 8 * m * ds.chunks}, {&ds.ids, 4 * m}, {&ds.done, 4 * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
@@ -176,9 +153,9 @@ func (e *exec) newDrawState() error {
 	}
 	seed := e.meta + uint64(e.drawAt)
 	field := func(k int) uint64 { return e.meta + uint64(4*(metaArrays+k*m)) }
-	ds.args = [15]uint64{
+	ds.args = [12]uint64{
 		ds.part, e.bufs[p.Logits], seed + uint64(16*m), seed, seed + uint64(8*m), e.meta, uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)),
-		ds.ids, ds.part, e.meta, uint64(uint32(ds.chunks)), field(fieldTokens), field(fieldPos), seed + uint64(8*m),
+		ds.ids, ds.done, field(fieldTokens), field(fieldPos),
 	}
 	for i := range ds.args {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))
