@@ -15,9 +15,12 @@ import (
 // draw's step one further (sample.cu). The step after it then needs
 // nothing from the host: IssueNext replays the same graph and draws
 // again, and the host, meanwhile, waits for the step before and turns
-// its draws into text. Each step in flight copies its draws into its own
-// page-locked slot (drawHost.ids) and records its own event after the
-// copy; WaitSampled waits for the oldest event.
+// its draws into text. The draw kernel stores each row's draw in mapped
+// page-locked memory itself (drawHost.drawn, by the parity of the row's
+// draw step, so the two steps in flight keep theirs apart), or, where
+// that memory is not mapped, each step in flight copies its draws into
+// its own slot (drawHost.ids); each step records its own event after
+// them, and WaitSampled waits for the oldest event.
 
 // chain is an exec's queued steps.
 type chain struct {
@@ -29,6 +32,11 @@ type chain struct {
 	// issues of decode steps, cleared by every other run's staging.
 	next    bool
 	deepest int32 // the deepest position of the step issued last
+	// steps are the rows' draw steps of the step issued last, odd[k]
+	// those of slot k's step, odd or not: where its rows' draws land in
+	// drawHost.drawn.
+	steps []uint64
+	odd   [backend.MaxPipelined][]bool
 }
 
 var errInFlight = errors.New("cuda: a run while decode steps issued are not waited for")
@@ -79,6 +87,10 @@ func (e *exec) IssueSampled(b *backend.Batch, s []backend.Sampling) error {
 	if _, err := e.replay(b, true, false); err != nil {
 		return err
 	}
+	c.steps = c.steps[:0]
+	for _, x := range s {
+		c.steps = append(c.steps, x.Step)
+	}
 	deepest := int32(0)
 	for _, p := range b.Pos {
 		deepest = max(deepest, p)
@@ -111,6 +123,9 @@ func (e *exec) IssueNext() error {
 	}
 	rows := c.rows[(c.issued-1)%backend.MaxPipelined]
 	c.next = false
+	for i := range c.steps {
+		c.steps[i]++
+	}
 	if err := e.enqueue(rows, rows, outDrawn, c.deepest+1); err != nil {
 		a.call(d.ctxSync, 0)
 		return err
@@ -127,10 +142,17 @@ func (e *exec) queueDraws(rows int, deepest int32) error {
 		return fmt.Errorf("cuda: %s: %w", what, d.err(r))
 	}
 	slot := c.issued % backend.MaxPipelined
-	ids := e.drawHost.ids[slot]
-	*a = callArgs{uintptr(unsafe.Pointer(&ids[0])), uintptr(e.draw.ids), uintptr(4 * rows), 0}
-	if r := a.call(d.dtoHAsync, 4); r != 0 {
-		return fail("queueing the copy of the draws", r)
+	if e.drawHost.drawnDev != 0 {
+		c.odd[slot] = c.odd[slot][:0]
+		for _, st := range c.steps {
+			c.odd[slot] = append(c.odd[slot], st&1 == 1)
+		}
+	} else {
+		ids := e.drawHost.ids[slot]
+		*a = callArgs{uintptr(unsafe.Pointer(&ids[0])), uintptr(e.draw.ids), uintptr(4 * rows), 0}
+		if r := a.call(d.dtoHAsync, 4); r != 0 {
+			return fail("queueing the copy of the draws", r)
+		}
 	}
 	*a = callArgs{c.events[slot], 0}
 	if r := a.call(d.eventRecord, 2); r != 0 {
@@ -157,7 +179,17 @@ func (e *exec) WaitSampled(out []int32) error {
 		return err
 	}
 	c.waited++
-	copy(out, e.drawHost.ids[slot][:n])
+	if dh := &e.drawHost; dh.drawnDev != 0 {
+		for i, odd := range c.odd[slot] {
+			k := 2 * i
+			if odd {
+				k++
+			}
+			out[i] = dh.drawn[k]
+		}
+	} else {
+		copy(out, dh.ids[slot][:n])
+	}
 	for i, id := range out {
 		if id < 0 {
 			return fmt.Errorf("row %d: %w", i, errNoCandidate)

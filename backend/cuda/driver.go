@@ -53,6 +53,7 @@ type driverAPI struct {
 	cuGetErrorString          func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorString"`
 	cuMemHostAlloc            func(p *unsafe.Pointer, size uint64, flags uint32) cuResult                                                   `sym:"cuMemHostAlloc"`
 	cuMemFreeHost             func(p unsafe.Pointer) cuResult                                                                               `sym:"cuMemFreeHost"`
+	cuMemHostGetDevicePointer func(d *uint64, p unsafe.Pointer, flags uint32) cuResult                                                      `sym:"cuMemHostGetDevicePointer_v2"`
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) cuResult                                                       `sym:"cuMemcpyHtoD_v2"`
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) cuResult                                                       `sym:"cuMemcpyDtoH_v2"`
 	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params, extra unsafe.Pointer) cuResult `sym:"cuLaunchKernel"`

@@ -392,6 +392,13 @@ type drawHost struct {
 	seed, step []uint64
 	temp       []float32
 	ids        [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
+	// drawn is where the draw kernel stores row r's draw itself, at
+	// 2r + (the draw's step & 1), through drawnDev, its device address:
+	// no copy follows the plan (0 where the page-locked block is not
+	// mapped into the device's address space, or WEFT_CUDA_MAPPED_DRAWS=0;
+	// the draws are then copied into ids).
+	drawn    []int32
+	drawnDev uint64
 }
 
 // stageHost lays out the host side of a run (exec.pinned) in one block of
@@ -399,13 +406,22 @@ type drawHost struct {
 func (e *exec) stageHost() {
 	p, m := e.p, e.p.MaxRows
 	metaBytes := (4*(metaArrays+4*m) + 7) &^ 7
-	drawBytes := (20*m + 4*backend.MaxPipelined*m + 7) &^ 7
+	drawBytes := (20*m + 4*backend.MaxPipelined*m + 8*m + 7) &^ 7
 	outFloats := min(m, smallRows) * max(p.Vocab, p.Dim)
 	size := metaBytes + drawBytes + 4*outFloats
 	var block unsafe.Pointer
+	var dev uint64
 	if os.Getenv("WEFT_CUDA_PINNED") != "0" {
-		if r := e.be.drv.cuMemHostAlloc(&block, uint64(size), 0); r != 0 {
-			block = nil
+		d := e.be.drv
+		if r := d.cuMemHostAlloc(&block, uint64(size), 2); r != 0 { // CU_MEMHOSTALLOC_DEVICEMAP
+			if r := d.cuMemHostAlloc(&block, uint64(size), 0); r != 0 {
+				block = nil
+			}
+		}
+		if block != nil && os.Getenv("WEFT_CUDA_MAPPED_DRAWS") != "0" {
+			if r := d.cuMemHostGetDevicePointer(&dev, block, 0); r != 0 {
+				dev = 0
+			}
 		}
 	}
 	e.pinned = block
@@ -420,6 +436,11 @@ func (e *exec) stageHost() {
 	dh.temp = unsafe.Slice((*float32)(at(metaBytes+16*m)), m)
 	for i := range dh.ids {
 		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+20*m+4*i*m)), m)
+	}
+	drawnAt := metaBytes + 20*m + 4*backend.MaxPipelined*m
+	dh.drawn = unsafe.Slice((*int32)(at(drawnAt)), 2*m)
+	if dev != 0 {
+		dh.drawnDev = dev + uint64(drawnAt)
 	}
 	e.staged = unsafe.Slice((*float32)(at(metaBytes+drawBytes)), outFloats)
 }

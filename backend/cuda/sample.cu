@@ -49,7 +49,10 @@ __device__ void block_best(float* s, int* id) {
 // part[r*chunks + c] (float score, int id); temp, seed and step are row
 // r's draw. The last of row r's blocks to finish (counted in done[r],
 // which it leaves at 0 again) takes the best of the row's chunks, in chunk
-// order, into out[r] (-1 when every logit was NaN or -Inf). It also readies
+// order, into out[r] (-1 when every logit was NaN or -Inf), and where host
+// is set (page-locked host memory mapped for the device) into
+// host[2r + step & 1] as well, so that no copy need follow: two steps in
+// flight keep their draws apart. It also readies
 // meta for the step after a decode batch's (backend.Pipeliner's
 // IssueNext): row r is fed its draw (token 0 where there was none; the
 // host reports that step's error), one position further, with its draw's
@@ -57,12 +60,13 @@ __device__ void block_best(float* s, int* id) {
 // host again, so for them these writes are dead.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, const float* logits,
         const float* temp, const u64* seed, u64* step, const int* meta, int vocab, int chunk,
-        int* out, unsigned* done, int* tokens, int* pos) {
+        int* out, unsigned* done, int* tokens, int* pos, int* host) {
     int r = blockIdx.y;
     if (r >= meta[1]) return;
     const float* l = logits + (u64)r * vocab;
     float t = temp[r];
-    u64 skey = mix64(mix64(seed[r] + GUMBEL_GAMMA) + (step[r] + 1) * GUMBEL_GAMMA);
+    u64 stp = step[r];
+    u64 skey = mix64(mix64(seed[r] + GUMBEL_GAMMA) + (stp + 1) * GUMBEL_GAMMA);
     int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab);
     float best = NEG_INF;
     int id = -1;
@@ -98,6 +102,7 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, co
     block_best(&best, &id);
     if (threadIdx.x == 0) {
         out[r] = id;
+        if (host) host[2 * r + (int)(stp & 1)] = id;
         tokens[r] = max(id, 0);
         pos[r] += 1;
         step[r] += 1;

@@ -29,8 +29,8 @@ type drawState struct {
 	done   uint64 // device: uint32 [MaxRows], each row's blocks finished (0 between launches)
 	chunks int
 	fn     uintptr
-	args   [12]uint64 // draw's arguments
-	params [12]uintptr
+	args   [13]uint64 // draw's arguments
+	params [13]uintptr
 }
 
 var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no token to draw")
@@ -53,11 +53,22 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 	if _, err := e.replay(b, true, false); err != nil {
 		return err
 	}
-	ids := e.drawHost.ids[0][:sel]
-	if err := e.fetch(unsafe.Pointer(&ids[0]), e.draw.ids, 4*sel); err != nil {
-		return err
+	dh := &e.drawHost
+	if dh.drawnDev != 0 {
+		// The draw kernel stored the draws in dh.drawn.
+		if r := e.sys.call(e.be.drv.ctxSync, 0); r != 0 {
+			return fmt.Errorf("cuda: running the plan: %w", e.be.drv.err(r))
+		}
+		for i, x := range s {
+			out[i] = dh.drawn[2*i+int(x.Step&1)]
+		}
+	} else {
+		ids := dh.ids[0][:sel]
+		if err := e.fetch(unsafe.Pointer(&ids[0]), e.draw.ids, 4*sel); err != nil {
+			return err
+		}
+		copy(out, ids)
 	}
-	copy(out, ids)
 	return checkDraws(out, b.Selected)
 }
 
@@ -153,9 +164,9 @@ func (e *exec) newDrawState() error {
 	}
 	seed := e.meta + uint64(e.drawAt)
 	field := func(k int) uint64 { return e.meta + uint64(4*(metaArrays+k*m)) }
-	ds.args = [12]uint64{
+	ds.args = [13]uint64{
 		ds.part, e.bufs[p.Logits], seed + uint64(16*m), seed, seed + uint64(8*m), e.meta, uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)),
-		ds.ids, ds.done, field(fieldTokens), field(fieldPos),
+		ds.ids, ds.done, field(fieldTokens), field(fieldPos), e.drawHost.drawnDev,
 	}
 	for i := range ds.args {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))
