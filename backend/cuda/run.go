@@ -253,7 +253,7 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 		}
 	}
 	if out == outDrawn {
-		return e.launchDraws(sel, 0, false)
+		return e.launchDraws(sel, 0)
 	}
 	return nil
 }
@@ -382,7 +382,7 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 		}
 	}
 	if out == outDrawn && failed == nil {
-		failed = e.launchDraws(sel, e.stream, pdl)
+		failed = e.launchDraws(sel, e.stream)
 	}
 	if forked {
 		// Join the copies stream back, as a capture must end.

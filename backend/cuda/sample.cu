@@ -61,7 +61,6 @@ __device__ void block_best(float* s, int* id) {
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, const float* logits,
         const float* temp, const u64* seed, u64* step, const int* meta, int vocab, int chunk,
         int* out, unsigned* done, int* tokens, int* pos, int* host) {
-    pdl(false);
     int r = blockIdx.y;
     if (r >= meta[1]) return;
     const float* l = logits + (u64)r * vocab;

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"unsafe"
 
@@ -115,34 +114,19 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 }
 
 // launchDraws queues the draws of the sel selected rows' logits on
-// stream; with pdl (a graph's capture, under WEFT_CUDA_DRAW_PDL=1) by
-// programmatic dependent launch: draw then waits for the output product
-// itself, whose last blocks it follows onto the multiprocessors.
-func (e *exec) launchDraws(sel int, stream uintptr, pdl bool) error {
+// stream. They follow the plan's last launch without programmatic
+// dependent launch: launched early, their blocks would hold room on the
+// multiprocessors that the output product's blocks need.
+func (e *exec) launchDraws(sel int, stream uintptr) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
-	var r cuResult
-	if pdl && drawPDL {
-		cfg := &e.cfg
-		*cfg = launchConfig{gridX: uint32(ds.chunks), gridY: uint32(sel), gridZ: 1, blockX: drawThreads, blockY: 1, blockZ: 1,
-			stream: stream, attrs: uintptr(unsafe.Pointer(&e.attr)), numAttrs: 1}
-		e.attr = launchAttr{id: attrProgrammaticSerialization}
-		e.attr.value[0] = 1
-		*c = callArgs{uintptr(unsafe.Pointer(cfg)), ds.fn, uintptr(unsafe.Pointer(&ds.params[0])), 0}
-		r = c.call(d.launchEx, 4)
-	} else {
-		*c = callArgs{ds.fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.params[0])), 0}
-		r = c.call(d.launchKernel, 11)
-	}
+	*c = callArgs{ds.fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.params[0])), 0}
+	r := c.call(d.launchKernel, 11)
 	runtime.KeepAlive(ds)
 	if r != 0 {
 		return fmt.Errorf("cuda: launching the draws: %w", d.err(r))
 	}
 	return nil
 }
-
-// drawPDL: WEFT_CUDA_DRAW_PDL=1 launches the draws in a graph by
-// programmatic dependent launch (a measuring switch).
-var drawPDL = os.Getenv("WEFT_CUDA_DRAW_PDL") == "1"
 
 // checkDraws reports a row of out without a token (selected says which
 // batch row it was).
