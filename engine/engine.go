@@ -420,32 +420,48 @@ func (m *Model) Step(seqs []*Sequence, tokens []int32, out []float32) error {
 // that can draw on the device (backend.Sampler) no logits reach the host;
 // elsewhere the draw is made here from the logits, with the same result.
 func (m *Model) StepSampled(seqs []*Sequence, tokens []int32, s []backend.Sampling, out []int32) error {
-	if len(s) != len(seqs) || len(out) != len(seqs) {
-		return fmt.Errorf("engine: %d sequences, %d samplings and %d outputs", len(seqs), len(s), len(out))
+	if len(out) != len(seqs) {
+		return fmt.Errorf("engine: %d sequences and %d outputs", len(seqs), len(out))
+	}
+	if err := checkSamplings(s, len(seqs)); err != nil {
+		return err
+	}
+	return m.step(seqs, tokens, func(b *backend.Batch) error { return m.draw(b, s, out) })
+}
+
+// checkSamplings checks the draws of n sequences.
+func checkSamplings(s []backend.Sampling, n int) error {
+	if len(s) != n {
+		return fmt.Errorf("engine: %d sequences and %d samplings", n, len(s))
 	}
 	for i, x := range s {
 		if !(x.Temperature >= 0) || math.IsInf(float64(x.Temperature), 1) {
 			return fmt.Errorf("engine: sequence %d: temperature %v", i, x.Temperature)
 		}
 	}
+	return nil
+}
+
+// draw runs b and draws its selected rows' tokens by s into out: on the
+// device where the backend can (backend.Sampler), else here from the
+// logits (the caller holds mu).
+func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32) error {
 	if ds, ok := m.exec.(backend.Sampler); ok {
-		return m.step(seqs, tokens, func(b *backend.Batch) error { return ds.RunSampled(b, s, out) })
+		return ds.RunSampled(b, s, out)
 	}
 	v := m.Config.VocabSize
-	return m.step(seqs, tokens, func(b *backend.Batch) error {
-		logits := m.scratchLogits(len(seqs))
-		if err := m.exec.Run(b, logits); err != nil {
-			return err
+	logits := m.scratchLogits(len(b.Selected))
+	if err := m.exec.Run(b, logits); err != nil {
+		return err
+	}
+	for i, x := range s {
+		id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
+		if err != nil {
+			return fmt.Errorf("engine: sequence %d: %w", i, err)
 		}
-		for i, x := range s {
-			id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
-			if err != nil {
-				return fmt.Errorf("engine: sequence %d: %w", i, err)
-			}
-			out[i] = id
-		}
-		return nil
-	})
+		out[i] = id
+	}
+	return nil
 }
 
 // step checks a decode step, fills the batch and runs it with run, then

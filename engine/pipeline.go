@@ -3,10 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/weftlm/weft/backend"
-	"github.com/weftlm/weft/sample"
 )
 
 // Pipelined decode: IssueSampled queues a decode step with its draws,
@@ -51,13 +49,8 @@ func (m *Model) Pipelined() bool { return m.pipe.pipeliner != nil }
 // them out. At most backend.MaxPipelined steps are issued and not handed
 // out. Any other use of the model waits for the issued steps first.
 func (m *Model) IssueSampled(seqs []*Sequence, tokens []int32, s []backend.Sampling) error {
-	if len(s) != len(seqs) {
-		return fmt.Errorf("engine: %d sequences and %d samplings", len(seqs), len(s))
-	}
-	for i, x := range s {
-		if !(x.Temperature >= 0) || math.IsInf(float64(x.Temperature), 1) {
-			return fmt.Errorf("engine: sequence %d: temperature %v", i, x.Temperature)
-		}
+	if err := checkSamplings(s, len(seqs)); err != nil {
+		return err
 	}
 	p := &m.pipe
 	return m.step(seqs, tokens, func(b *backend.Batch) error {
@@ -222,27 +215,6 @@ func (m *Model) hold(e *issued) {
 			m.held[slot] = h[:min(len(h), at)]
 		}
 	}
-}
-
-// draw runs b and draws its selected rows' tokens: on the device where the
-// backend can, else here from the logits.
-func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32) error {
-	if ds, ok := m.exec.(backend.Sampler); ok {
-		return ds.RunSampled(b, s, out)
-	}
-	v := m.Config.VocabSize
-	logits := m.scratchLogits(len(b.Selected))
-	if err := m.exec.Run(b, logits); err != nil {
-		return err
-	}
-	for i, x := range s {
-		id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
-		if err != nil {
-			return fmt.Errorf("engine: sequence %d: %w", i, err)
-		}
-		out[i] = id
-	}
-	return nil
 }
 
 // push takes the next ring entry, sized for rows rows, as the step issued
