@@ -32,11 +32,11 @@ type chain struct {
 	// issues of decode steps, cleared by every other run's staging.
 	next    bool
 	deepest int32 // the deepest position of the step issued last
-	// steps are the rows' draw steps of the step issued last, odd[k]
-	// those of slot k's step, odd or not: where its rows' draws land in
+	// steps are the rows' draw steps of the step issued last, slotSteps[k]
+	// those of slot k's step: where its rows' draws land in
 	// drawHost.drawn.
-	steps []uint64
-	odd   [backend.MaxPipelined][]bool
+	steps     []uint64
+	slotSteps [backend.MaxPipelined][]uint64
 }
 
 var errInFlight = errors.New("cuda: a run while decode steps issued are not waited for")
@@ -95,7 +95,7 @@ func (e *exec) IssueSampled(b *backend.Batch, s []backend.Sampling) error {
 	for _, p := range b.Pos {
 		deepest = max(deepest, p)
 	}
-	return e.queueDraws(rows, deepest)
+	return e.endStep(rows, deepest)
 }
 
 // IssueNext implements backend.Pipeliner.
@@ -130,12 +130,13 @@ func (e *exec) IssueNext() error {
 		a.call(d.ctxSync, 0)
 		return err
 	}
-	return e.queueDraws(rows, c.deepest+1)
+	return e.endStep(rows, c.deepest+1)
 }
 
-// queueDraws queues, behind a decode step of rows rows just issued with
-// its draws, the draws' copy into the step's slot and the slot's event.
-func (e *exec) queueDraws(rows int, deepest int32) error {
+// endStep queues, behind a decode step of rows rows just issued with its
+// draws, the draws' copy into the step's slot (where the draw kernel does
+// not store them on the host itself) and the slot's event.
+func (e *exec) endStep(rows int, deepest int32) error {
 	c, d, a := &e.chain, e.be.drv, &e.sys
 	fail := func(what string, r cuResult) error {
 		a.call(d.ctxSync, 0)
@@ -143,10 +144,7 @@ func (e *exec) queueDraws(rows int, deepest int32) error {
 	}
 	slot := c.issued % backend.MaxPipelined
 	if e.drawHost.drawnDev != 0 {
-		c.odd[slot] = c.odd[slot][:0]
-		for _, st := range c.steps {
-			c.odd[slot] = append(c.odd[slot], st&1 == 1)
-		}
+		c.slotSteps[slot] = append(c.slotSteps[slot][:0], c.steps...)
 	} else {
 		ids := e.drawHost.ids[slot]
 		*a = callArgs{uintptr(unsafe.Pointer(&ids[0])), uintptr(e.draw.ids), uintptr(4 * rows), 0}
@@ -180,22 +178,13 @@ func (e *exec) WaitSampled(out []int32) error {
 	}
 	c.waited++
 	if dh := &e.drawHost; dh.drawnDev != 0 {
-		for i, odd := range c.odd[slot] {
-			k := 2 * i
-			if odd {
-				k++
-			}
-			out[i] = dh.drawn[k]
+		for i, step := range c.slotSteps[slot] {
+			out[i] = dh.drawnAt(i, step)
 		}
 	} else {
 		copy(out, dh.ids[slot][:n])
 	}
-	for i, id := range out {
-		if id < 0 {
-			return fmt.Errorf("row %d: %w", i, errNoCandidate)
-		}
-	}
-	return nil
+	return checkDraws(out, nil)
 }
 
 // waitEvent waits for ev; the caller has locked its OS thread. A failure

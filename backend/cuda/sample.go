@@ -60,7 +60,7 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 			return fmt.Errorf("cuda: running the plan: %w", e.be.drv.err(r))
 		}
 		for i, x := range s {
-			out[i] = dh.drawn[2*i+int(x.Step&1)]
+			out[i] = dh.drawnAt(i, x.Step)
 		}
 	} else {
 		ids := dh.ids[0][:sel]
@@ -128,12 +128,22 @@ func (e *exec) launchDraws(sel int, stream uintptr) error {
 	return nil
 }
 
+// drawnAt is selected row i's draw at draw step step, where the draw
+// kernel stored it (sample.cu's host).
+func (dh *drawHost) drawnAt(i int, step uint64) int32 {
+	return dh.drawn[2*i+int(step&1)]
+}
+
 // checkDraws reports a row of out without a token (selected says which
-// batch row it was).
+// batch row it was; nil: row i is the i-th).
 func checkDraws(out, selected []int32) error {
 	for i, id := range out {
 		if id < 0 {
-			return fmt.Errorf("row %d: %w", selected[i], errNoCandidate)
+			row := int32(i)
+			if selected != nil {
+				row = selected[i]
+			}
+			return fmt.Errorf("row %d: %w", row, errNoCandidate)
 		}
 	}
 	return nil
