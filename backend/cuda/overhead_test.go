@@ -160,6 +160,51 @@ func TestStepOverhead(t *testing.T) {
 		return float64(time.Since(start).Microseconds()) / steps
 	}
 	device, drawn := backToBack(outDevice, false), backToBack(outDrawn, true)
+
+	// Two drawing steps in one graph (the second fed by the first's
+	// draws in meta), replayed back to back: against the one-step graph,
+	// what the boundary between two graphs costs the device.
+	if r := d.cuStreamBeginCapture(e.stream, captureRelaxed); r != 0 {
+		t.Fatal(d.err(r))
+	}
+	for range 2 {
+		for i := range e.launches {
+			l := &e.launches[i]
+			if l.runs(1, 1, false, false) {
+				if r := e.launch(l, 1, 1, e.stream, e.pdl && !l.serial); r != 0 {
+					t.Fatal(d.err(r))
+				}
+			}
+		}
+		if err := e.launchDraws(1, e.stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var graph, two uintptr
+	if r := d.cuStreamEndCapture(e.stream, &graph); r != 0 {
+		t.Fatal(d.err(r))
+	}
+	if r := d.cuGraphInstantiate(&two, graph, 0); r != 0 {
+		t.Fatal(d.err(r))
+	}
+	d.cuGraphDestroy(graph)
+	defer d.cuGraphExecDestroy(two)
+	start = time.Now()
+	if _, err := e.replay(b, true, false); err != nil {
+		t.Fatal(err)
+	}
+	for range steps/2 - 1 {
+		e.sys = callArgs{two, 0}
+		if r := e.sys.call(d.graphLaunch, 2); r != 0 {
+			t.Fatal(d.err(r))
+		}
+	}
+	if r := d.cuCtxSynchronize(); r != 0 {
+		t.Fatal(d.err(r))
+	}
+	// steps-1 steps in pairs, and the one replay's step.
+	paired := float64(time.Since(start).Microseconds()) / float64(steps-1)
 	t.Logf("%s at position %d, µs a step: ForwardInto %.1f, ForwardView %.1f, StepSampled %.1f, pipelined %.1f, replay and wait %.1f "+
-		"(copying the logits %.1f), back to back %.1f (drawing %.1f)", filepath.Base(path), at, into, view, sampled, pipelined, replay, staged, device, drawn)
+		"(copying the logits %.1f), back to back %.1f (drawing %.1f; two steps a graph %.1f)", filepath.Base(path), at, into, view, sampled,
+		pipelined, replay, staged, device, drawn, paired)
 }
