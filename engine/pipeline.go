@@ -167,7 +167,9 @@ func (m *Model) WaitSampled(out []int32) error {
 }
 
 // DropIssued waits for every step issued and not handed out, and forgets
-// them (after a failure, or when their draws are not wanted).
+// their draws (after a failure, or when they are not wanted). The
+// sequences stay where the steps left them: their caches hold the tokens
+// the steps fed.
 func (m *Model) DropIssued() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

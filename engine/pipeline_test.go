@@ -201,6 +201,30 @@ func TestPipelineMisuse(t *testing.T) {
 		if !errors.As(err, &ce) || a.Pos() != 16 {
 			t.Errorf("%s: at position %d: %v, want a context error at 16", be.Name(), a.Pos(), err)
 		}
+		// Dropped steps are waited for and forgotten; the pipeline starts
+		// again.
+		if err := m.IssueSampled([]*Sequence{b}, one, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.IssueNext(); err != nil {
+			t.Fatal(err)
+		}
+		m.DropIssued()
+		if err := m.WaitSampled(d1); err == nil {
+			t.Errorf("%s: WaitSampled after DropIssued succeeded", be.Name())
+		}
+		if err := m.IssueNext(); err == nil {
+			t.Errorf("%s: IssueNext after DropIssued succeeded", be.Name())
+		}
+		if b.Pos() != 4 {
+			t.Errorf("%s: after two dropped steps the sequence is at %d, want 4", be.Name(), b.Pos())
+		}
+		if err := m.IssueSampled([]*Sequence{b}, one, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.WaitSampled(d1); err != nil {
+			t.Fatal(err)
+		}
 		if err := m.IssueSampled([]*Sequence{a, a}, []int32{1, 2}, []backend.Sampling{{}, {}}); err == nil {
 			t.Errorf("%s: a sequence twice in one step was accepted", be.Name())
 		}
