@@ -105,6 +105,31 @@ func TestPipelinedDecode(t *testing.T) {
 			if err := m.WaitSampled(got); err == nil {
 				t.Error("WaitSampled with no step issued succeeded")
 			}
+			if !c.pipelined {
+				// The loop's steady state allocates nothing.
+				if err := m.IssueSampled(seqs, got, samplings); err != nil {
+					t.Fatal(err)
+				}
+				allocs := testing.AllocsPerRun(5, func() {
+					if err := m.IssueNext(); err != nil {
+						t.Fatal(err)
+					}
+					if err := m.WaitSampled(got); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if err := m.WaitSampled(got); err != nil {
+					t.Fatal(err)
+				}
+				if allocs != 0 {
+					t.Errorf("IssueNext and WaitSampled allocate %v times a step", allocs)
+				}
+				for _, s := range seqs {
+					if err := s.Rewind(s.Pos() - 7); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			for i, s := range seqs {
 				if s.Pos() != len(prompts[i])+steps {
 					t.Errorf("sequence %d at position %d, want %d", i, s.Pos(), len(prompts[i])+steps)
