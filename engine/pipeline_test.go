@@ -28,6 +28,29 @@ func loadOn(t *testing.T, name string, be backend.Backend, opts Options) *Model 
 	return m
 }
 
+// prefilled takes a sequence for each prompt, feeds the prompts, and
+// returns the sequences with each one's greedy next token.
+func prefilled(t *testing.T, m *Model, prompts [][]int32) ([]*Sequence, []int32) {
+	t.Helper()
+	seqs := make([]*Sequence, len(prompts))
+	for i := range seqs {
+		var err error
+		if seqs[i], err = m.NewSequence(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := m.Vocab()
+	logits := make([]float32, len(prompts)*v)
+	if err := m.Prefill(seqs, prompts, logits); err != nil {
+		t.Fatal(err)
+	}
+	toks := make([]int32, len(prompts))
+	for i := range toks {
+		toks[i] = argmax(logits[i*v : (i+1)*v])
+	}
+	return seqs, toks
+}
+
 // TestPipelinedDecode: a decode loop of IssueSampled, then IssueNext and
 // WaitSampled a step, draws what StepSampled draws feeding each draw back,
 // on a backend that runs each step as it is issued (the CPU: the
@@ -38,27 +61,7 @@ func TestPipelinedDecode(t *testing.T) {
 	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}}
 	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, Seed: 7}, {Temperature: 1.5, Seed: 9, Step: 3}}
 	const steps = 9
-	// start prefills the prompts and returns the sequences and their
-	// first tokens.
-	start := func(m *Model) ([]*Sequence, []int32) {
-		seqs := make([]*Sequence, len(prompts))
-		for i := range seqs {
-			var err error
-			if seqs[i], err = m.NewSequence(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		v := m.Vocab()
-		logits := make([]float32, len(prompts)*v)
-		if err := m.Prefill(seqs, prompts, logits); err != nil {
-			t.Fatal(err)
-		}
-		toks := make([]int32, len(prompts))
-		for i := range toks {
-			toks[i] = argmax(logits[i*v : (i+1)*v])
-		}
-		return seqs, toks
-	}
+	start := func(m *Model) ([]*Sequence, []int32) { return prefilled(t, m, prompts) }
 	ref := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 3, MaxBatch: 8})
 	seqs, toks := start(ref)
 	first := slices.Clone(toks)

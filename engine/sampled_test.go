@@ -18,20 +18,12 @@ func TestStepSampled(t *testing.T) {
 	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}}
 	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, Seed: 7}, {Temperature: 1.5, Seed: 9}}
 	run := func(m *Model, sampled bool) [][]int32 {
-		seqs := make([]*Sequence, len(prompts))
-		for i := range seqs {
-			seqs[i], _ = m.NewSequence()
-			defer seqs[i].Close()
+		seqs, toks := prefilled(t, m, prompts)
+		for _, s := range seqs {
+			defer s.Close()
 		}
 		v := m.Vocab()
 		logits := make([]float32, len(prompts)*v)
-		if err := m.Prefill(seqs, prompts, logits); err != nil {
-			t.Fatal(err)
-		}
-		toks := make([]int32, len(prompts))
-		for i := range toks {
-			toks[i] = argmax(logits[i*v : (i+1)*v])
-		}
 		var got [][]int32
 		for step := range 8 {
 			s := append([]backend.Sampling(nil), samplings...)
