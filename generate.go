@@ -319,11 +319,11 @@ type stream struct {
 // temperature alone) with neither log-probabilities nor a JSON constraint,
 // which need the logits on the host.
 func (st *stream) deviceDraw() (backend.Sampling, bool) {
-	temp, seed, step, ok := st.sampler.Device()
+	d, ok := st.sampler.Device()
 	if !ok || st.json != nil || st.g.Logprobs {
 		return backend.Sampling{}, false
 	}
-	return backend.Sampling{Temperature: temp, Seed: seed, Step: step}, true
+	return backend.Sampling(d), true
 }
 
 // textDecoder turns ids into text whole characters at a time.

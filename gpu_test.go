@@ -200,16 +200,19 @@ func TestLayerOf(t *testing.T) {
 	}
 }
 
-// TestDeviceDraws: requests whose sampling a device can do (greedy or
-// temperature alone) are drawn there, and give the same tokens as on the
-// CPU for the same seed, alone or batched with requests that need the
-// logits on the host.
+// TestDeviceDraws: requests whose sampling a device can do (greedy, a
+// temperature alone, or with a top-k of at most 64 and any top-p and
+// min-p) are drawn there, and give the same tokens as on the CPU for the
+// same seed, alone or batched with requests that need the logits on the
+// host (a repeat penalty, log-probabilities).
 func TestDeviceDraws(t *testing.T) {
 	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
 	plain := []GenerateOption{WithTemperature(0.9), WithTopK(0), WithTopP(1), WithMinP(0), WithSeed(11), WithMaxTokens(48)}
-	chain := []GenerateOption{WithTemperature(0.9), WithTopK(20), WithTopP(0.9), WithSeed(12), WithMaxTokens(48)}
+	topk := []GenerateOption{WithTemperature(0.8), WithTopK(40), WithTopP(0.95), WithMinP(0.05), WithSeed(13), WithMaxTokens(48)}
+	chain := []GenerateOption{WithTemperature(0.9), WithTopK(20), WithTopP(0.9), WithRepeatPenalty(1.1), WithSeed(12), WithMaxTokens(48)}
 	cpuModel := loadStories(t, WithParallel(2))
 	_, wantPlain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", plain...))
+	_, wantTopK, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", topk...))
 	_, wantChain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", chain...))
 
 	f := &fakeGPUs{devs: []placement.Device{{Index: 0, Name: "fake", FreeBytes: 80 << 30}}, drawing: true}
@@ -236,8 +239,14 @@ func TestDeviceDraws(t *testing.T) {
 		t.Error("a plain temperature request was not drawn on the device")
 	}
 	before := f.draws()
+	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", topk...))
+	same("top-k, top-p, min-p alone", got, wantTopK)
+	if f.draws() == before {
+		t.Error("a top-k request was not drawn on the device")
+	}
+	before = f.draws()
 	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", chain...))
-	same("top-k/top-p alone", got, wantChain)
+	same("a penalty alone", got, wantChain)
 	_, _, _ = collect(t, m.Generate(context.Background(), "Once upon a time", append(plain, WithLogprobs(2))...))
 	if f.draws() != before {
 		t.Errorf("the device drew %d tokens for requests that need the logits", f.draws()-before)
@@ -265,8 +274,8 @@ func TestDeviceDraws(t *testing.T) {
 	if errPlain != nil || errChain != nil {
 		t.Fatal(errPlain, errChain)
 	}
-	same("plain beside top-k", gotPlain, wantPlain)
-	same("top-k beside plain", gotChain, wantChain)
+	same("plain beside a penalty", gotPlain, wantPlain)
+	same("a penalty beside plain", gotChain, wantChain)
 	// BatchGenerate draws on the device too.
 	before = f.draws()
 	res, err := m.BatchGenerate(context.Background(), []string{"Once upon a time", "Once upon a time"}, plain...)
@@ -538,6 +547,8 @@ func TestPipelinedGeneration(t *testing.T) {
 		{"stop string", "Once upon a time", []GenerateOption{WithTemperature(0), WithStop("park"), WithMaxTokens(60)}},
 		{"context end", "Lily and Ben", []GenerateOption{WithTemperature(0.7), WithSeed(5)}},
 		{"hot", "Lily", []GenerateOption{WithTemperature(1.6), WithSeed(11), WithMaxTokens(50)}},
+		{"top-k, top-p, min-p", "Once upon a time", []GenerateOption{WithTemperature(0.8), WithTopK(40), WithTopP(0.95), WithMinP(0.05),
+			WithSeed(7), WithMaxTokens(40)}},
 	}
 	want := make([]result, len(cases))
 	for i, c := range cases {

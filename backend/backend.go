@@ -11,6 +11,7 @@ package backend
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/weftlm/weft/weights"
 )
@@ -251,10 +252,31 @@ type Viewer interface {
 
 // Sampling is how a device chooses one row's next token: the Gumbel-max
 // draw sample.SampleGumbel(logits, Temperature, Seed, Step) — the argmax
-// when Temperature is 0.
+// when Temperature is 0 — or, when TopK is set and Temperature is not 0,
+// sample.SampleTopK(logits, Temperature, TopK, TopP, MinP, Seed, Step).
 type Sampling struct {
 	Temperature float32
+	TopK        int     // 0, or 1 to MaxTopK
+	TopP, MinP  float32 // with TopK: top-p in (0, 1] (1 is off), min-p in [0, 1] (0 is off)
 	Seed, Step  uint64
+}
+
+// MaxTopK is the largest Sampling.TopK (sample.MaxDrawTopK).
+const MaxTopK = 64
+
+// Check reports a Sampling no draw can follow.
+func (s Sampling) Check() error {
+	switch {
+	case !(s.Temperature >= 0) || s.Temperature > math.MaxFloat32:
+		return fmt.Errorf("temperature %v, want 0 (greedy) or a positive finite value", s.Temperature)
+	case s.TopK < 0 || s.TopK > MaxTopK:
+		return fmt.Errorf("top-k %d outside [0, %d]", s.TopK, MaxTopK)
+	case s.TopK > 0 && !(s.TopP > 0 && s.TopP <= 1):
+		return fmt.Errorf("top-p %v outside (0, 1]", s.TopP)
+	case s.TopK > 0 && !(s.MinP >= 0 && s.MinP <= 1):
+		return fmt.Errorf("min-p %v outside [0, 1]", s.MinP)
+	}
+	return nil
 }
 
 // Sampler is implemented by executables that can choose the selected

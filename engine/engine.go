@@ -7,7 +7,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -416,7 +415,8 @@ func (m *Model) Step(seqs []*Sequence, tokens []int32, out []float32) error {
 }
 
 // StepSampled is Step that also chooses each sequence's next token, by
-// the draw s[i] describes (sample.SampleGumbel), into out[i]. On a backend
+// the draw s[i] describes (sample.SampleGumbel or sample.SampleTopK), into
+// out[i]. On a backend
 // that can draw on the device (backend.Sampler) no logits reach the host;
 // elsewhere the draw is made here from the logits, with the same result.
 func (m *Model) StepSampled(seqs []*Sequence, tokens []int32, s []backend.Sampling, out []int32) error {
@@ -435,8 +435,8 @@ func checkSamplings(s []backend.Sampling, n int) error {
 		return fmt.Errorf("engine: %d sequences and %d samplings", n, len(s))
 	}
 	for i, x := range s {
-		if !(x.Temperature >= 0) || math.IsInf(float64(x.Temperature), 1) {
-			return fmt.Errorf("engine: sequence %d: temperature %v", i, x.Temperature)
+		if err := x.Check(); err != nil {
+			return fmt.Errorf("engine: sequence %d: %w", i, err)
 		}
 	}
 	return nil
@@ -455,7 +455,7 @@ func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32) error 
 		return err
 	}
 	for i, x := range s {
-		id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
+		id, err := sample.Draw(x).Sample(logits[i*v : (i+1)*v])
 		if err != nil {
 			return fmt.Errorf("engine: sequence %d: %w", i, err)
 		}

@@ -59,7 +59,7 @@ func prefilled(t *testing.T, m *Model, prompts [][]int32) ([]*Sequence, []int32)
 // are then known to hold the tokens fed, for a later prompt to keep.
 func TestPipelinedDecode(t *testing.T) {
 	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}}
-	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, Seed: 7}, {Temperature: 1.5, Seed: 9, Step: 3}}
+	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: 7}, {Temperature: 1.5, Seed: 9, Step: 3}}
 	const steps = 9
 	start := func(m *Model) ([]*Sequence, []int32) { return prefilled(t, m, prompts) }
 	ref := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 3, MaxBatch: 8})

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -12,11 +13,12 @@ import (
 )
 
 // TestStepSampled: StepSampled's tokens are Step's logits drawn by
-// SampleGumbel, whether the host draws (the CPU backend) or the backend
-// does (a backend.Sampler).
+// SampleGumbel (SampleTopK for a top-k), whether the host draws (the CPU
+// backend) or the backend does (a backend.Sampler).
 func TestStepSampled(t *testing.T) {
-	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}}
-	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, Seed: 7}, {Temperature: 1.5, Seed: 9}}
+	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}, {40, 41}}
+	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, Seed: 7}, {Temperature: 1.5, Seed: 9},
+		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: 11}}
 	run := func(m *Model, sampled bool) [][]int32 {
 		seqs, toks := prefilled(t, m, prompts)
 		for _, s := range seqs {
@@ -39,7 +41,7 @@ func TestStepSampled(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i := range toks {
-					id, err := sample.SampleGumbel(logits[i*v:(i+1)*v], s[i].Temperature, s[i].Seed, s[i].Step)
+					id, err := sample.Draw(s[i]).Sample(logits[i*v : (i+1)*v])
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -50,7 +52,7 @@ func TestStepSampled(t *testing.T) {
 		}
 		return got
 	}
-	m := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 3, MaxBatch: 8})
+	m := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 5, MaxBatch: 8})
 	want := run(m, false)
 	host := run(m, true)
 
@@ -60,7 +62,7 @@ func TestStepSampled(t *testing.T) {
 	}
 	defer p.Close()
 	drawing := &testmodel.Drawing{Backend: cpu.New(2)}
-	dm, err := Load(p, drawing, Options{Context: 64, Slots: 3, MaxBatch: 8})
+	dm, err := Load(p, drawing, Options{Context: 64, Slots: 5, MaxBatch: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,5 +85,16 @@ func TestStepSampled(t *testing.T) {
 	}
 	if err := m.StepSampled([]*Sequence{seq}, []int32{1}, nil, make([]int32, 1)); err == nil {
 		t.Error("a missing sampling was accepted")
+	}
+	for _, bad := range []backend.Sampling{
+		{Temperature: 1, TopK: backend.MaxTopK + 1, TopP: 1}, {Temperature: 1, TopK: -1}, {Temperature: 1, TopK: 5, TopP: 0},
+		{Temperature: 1, TopK: 5, TopP: 1, MinP: 1.5}, {Temperature: float32(math.NaN())},
+	} {
+		if err := m.StepSampled([]*Sequence{seq}, []int32{1}, []backend.Sampling{bad}, make([]int32, 1)); err == nil {
+			t.Errorf("%+v was accepted", bad)
+		}
+	}
+	if backend.MaxTopK != sample.MaxDrawTopK {
+		t.Errorf("backend.MaxTopK %d, sample.MaxDrawTopK %d", backend.MaxTopK, sample.MaxDrawTopK)
 	}
 }

@@ -137,23 +137,32 @@ func TestGumbelMatchesCUDA(t *testing.T) {
 
 // TestDeviceDraws: a plain chain reports Device parameters, draws exactly
 // as SampleGumbel with the draw count as step, and Advance skips a draw
-// made elsewhere; any bias, penalty or truncation makes it host-only.
+// made elsewhere; so does a top-k chain, as SampleTopK; any bias, penalty,
+// or truncation without a top-k of at most MaxDrawTopK makes it host-only.
 func TestDeviceDraws(t *testing.T) {
 	l := make([]float32, 300)
 	for i := range l {
 		l[i] = float32(i%17) / 4
 	}
-	for _, temp := range []float32{0, 0.7, 1.5} {
-		s, err := New(Params{Temperature: temp, Seed: 42}, len(l))
+	for _, p := range []Params{
+		{Temperature: 0}, {Temperature: 0.7}, {Temperature: 1.5},
+		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05}, {Temperature: 1.2, TopK: MaxDrawTopK}, {Temperature: 0.5, TopK: 1},
+	} {
+		p.Seed = 42
+		s, err := New(p, len(l))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for step := range uint64(20) {
-			gotT, seed, st, ok := s.Device()
-			if !ok || gotT != temp || seed != 42 || st != step {
-				t.Fatalf("T=%v step %d: Device() = %v %d %d %v", temp, step, gotT, seed, st, ok)
+			d, ok := s.Device()
+			want := Draw{Temperature: p.Temperature, Seed: 42, Step: step}
+			if pe := s.Params(); p.TopK > 0 && p.Temperature > 0 {
+				want.TopK, want.TopP, want.MinP = pe.TopK, pe.TopP, pe.MinP
 			}
-			want, err := SampleGumbel(l, temp, 42, step)
+			if !ok || d != want {
+				t.Fatalf("%+v step %d: Device() = %+v %v, want %+v", p, step, d, ok, want)
+			}
+			id, err := d.Sample(l)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,36 +170,37 @@ func TestDeviceDraws(t *testing.T) {
 				s.Advance() // drawn on a device
 				continue
 			}
-			if got, err := s.Sample(l, nil); err != nil || got != want {
-				t.Fatalf("T=%v step %d: Sample = %d, %v; SampleGumbel %d", temp, step, got, err, want)
+			if got, err := s.Sample(l, nil); err != nil || got != id {
+				t.Fatalf("%+v step %d: Sample = %d, %v; the device's draw %d", p, step, got, err, id)
 			}
 		}
 		s.Reset()
-		if _, _, st, _ := s.Device(); st != 0 {
-			t.Errorf("Reset left step %d", st)
+		if d, _ := s.Device(); d.Step != 0 {
+			t.Errorf("Reset left step %d", d.Step)
 		}
 	}
 	for _, p := range []Params{
-		{Temperature: 1, TopK: 40}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, MinP: 0.05},
+		{Temperature: 1, TopK: MaxDrawTopK + 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, MinP: 0.05},
 		{Temperature: 1, RepeatPenalty: 1.1}, {Temperature: 0, PresencePenalty: 0.5}, {Temperature: 1, LogitBias: map[int32]float32{3: 1}},
+		{Temperature: 1, TopK: 40, RepeatPenalty: 1.1},
 	} {
 		s, err := New(p, len(l))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, _, ok := s.Device(); ok {
+		if _, ok := s.Device(); ok {
 			t.Errorf("%+v: Device() ok for a chain the device cannot draw", p)
 		}
 	}
 	// Greedy ignores truncation; TopK ≥ vocab and TopP 1 are off.
 	if s, _ := New(Params{Temperature: 0, TopK: 40, TopP: 0.9, MinP: 0.05}, len(l)); s != nil {
-		if _, _, _, ok := s.Device(); !ok {
-			t.Error("greedy with truncation should be plain")
+		if d, ok := s.Device(); !ok || d.TopK != 0 {
+			t.Errorf("greedy with truncation should be plain: %+v %v", d, ok)
 		}
 	}
 	if s, _ := New(Params{Temperature: 1, TopK: 1000, TopP: 1}, len(l)); s != nil {
-		if _, _, _, ok := s.Device(); !ok {
-			t.Error("TopK ≥ vocab with TopP 1 should be plain")
+		if d, ok := s.Device(); !ok || d.TopK != 0 {
+			t.Errorf("TopK ≥ vocab with TopP 1 should be plain: %+v %v", d, ok)
 		}
 	}
 }

@@ -131,9 +131,11 @@ type Sampler struct {
 	penalize bool
 	// plain: greedy, or a temperature with no truncation; no bias or
 	// penalty either. A draw is then SampleGumbel's, keyed by the seed and
-	// the draw count step.
-	plain bool
-	step  uint64
+	// the draw count step. topk: a temperature with a top-k of at most
+	// MaxDrawTopK (and any top-p and min-p), no bias or penalty: a draw is
+	// SampleTopK's, keyed the same way.
+	plain, topk bool
+	step        uint64
 
 	biasIDs []int32   // LogitBias as parallel slices sorted by id: no map
 	biasVal []float32 // iteration on the hot path, and a fixed order
@@ -196,7 +198,8 @@ func New(p Params, vocab int) (*Sampler, error) {
 	}
 	// Greedy ignores truncation: none of it can drop the argmax.
 	s.plain = s.work == nil && (p.Temperature == 0 || p.TopK == 0 && p.TopP == 1 && p.MinP == 0)
-	if p.Temperature > 0 && !s.plain {
+	s.topk = s.work == nil && p.Temperature > 0 && p.TopK > 0 && p.TopK <= MaxDrawTopK
+	if p.Temperature > 0 && !s.plain && !s.topk {
 		s.cands = make([]cand, 0, vocab)
 		if p.TopP < 1 {
 			s.hist = new(massHist)
@@ -261,15 +264,37 @@ func (s *Sampler) Reset() {
 	s.step = 0
 }
 
+// Draw is a draw that needs nothing but the logits: SampleGumbel's when
+// TopK or Temperature is 0 (TopP and MinP unused), else SampleTopK's. Its
+// fields are backend.Sampling's, so either converts to the other.
+type Draw struct {
+	Temperature float32
+	TopK        int
+	TopP, MinP  float32 // with TopK: 1 and 0 when off
+	Seed, Step  uint64
+}
+
+// Sample makes the draw from logits.
+func (d Draw) Sample(logits []float32) (int32, error) {
+	if d.TopK == 0 || d.Temperature == 0 {
+		return SampleGumbel(logits, d.Temperature, d.Seed, d.Step)
+	}
+	return SampleTopK(logits, d.Temperature, d.TopK, d.TopP, d.MinP, d.Seed, d.Step)
+}
+
 // Device reports whether the next draw may be made elsewhere — on a GPU,
-// from logits that never reach the host — and how: the token is
-// SampleGumbel(logits, temperature, seed, step). That holds when the
-// chain is greedy (whatever its truncation) or a plain temperature draw
-// (no top-k, top-p or min-p), with no logit bias or penalty. Sample draws
-// such a chain the same way, so a token does not depend on where it was
-// drawn. After a draw made elsewhere, call Advance.
-func (s *Sampler) Device() (temperature float32, seed, step uint64, ok bool) {
-	return s.p.Temperature, s.seed, s.step, s.plain
+// from logits that never reach the host — and how. That holds when the
+// chain is greedy (whatever its truncation), a plain temperature draw (no
+// top-k, top-p or min-p), or a temperature with a top-k of at most
+// MaxDrawTopK and any top-p and min-p; in each case with no logit bias or
+// penalty. Sample draws such a chain the same way, so a token does not
+// depend on where it was drawn. After a draw made elsewhere, call Advance.
+func (s *Sampler) Device() (Draw, bool) {
+	d := Draw{Temperature: s.p.Temperature, Seed: s.seed, Step: s.step}
+	if s.topk {
+		d.TopK, d.TopP, d.MinP = s.p.TopK, s.p.TopP, s.p.MinP
+	}
+	return d, s.plain || s.topk
 }
 
 // Advance counts a draw made elsewhere with Device's parameters.
@@ -311,6 +336,11 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	}
 	if s.plain {
 		id, err := SampleGumbel(l, s.p.Temperature, s.seed, s.step)
+		s.step++
+		return id, err
+	}
+	if s.topk {
+		id, err := SampleTopK(l, s.p.Temperature, s.p.TopK, s.p.TopP, s.p.MinP, s.seed, s.step)
 		s.step++
 		return id, err
 	}

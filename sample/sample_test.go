@@ -424,6 +424,8 @@ func TestNoAllocations(t *testing.T) {
 		{},
 		{Temperature: 0.8},
 		{Temperature: 0.8, TopK: 40},
+		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05},
+		{Temperature: 0.8, TopK: 100, TopP: 0.95, MinP: 0.05},
 		{Temperature: 0.8, TopP: 0.9},
 		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, RepeatPenalty: 1.1, PresencePenalty: 0.2,
 			FrequencyPenalty: 0.1, PenaltyWindow: -1, LogitBias: map[int32]float32{3: negInf, 9: 2}},
@@ -441,6 +443,7 @@ func TestNoAllocations(t *testing.T) {
 		"TopLogProbs":  func() { dst = TopLogProbs(l, 20, dst) },
 		"LogSoftmax":   func() { lp = LogSoftmax(l, lp) },
 		"SampleGumbel": func() { _, _ = SampleGumbel(l, 0.8, 1, 2) },
+		"SampleTopK":   func() { _, _ = SampleTopK(l, 0.8, MaxDrawTopK, 0.95, 0.05, 1, 2) },
 	}
 	for name, f := range checks {
 		if n := testing.AllocsPerRun(20, f); n != 0 {

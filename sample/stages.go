@@ -93,10 +93,23 @@ func prob(v, mx float32, invT float64) float32 {
 // of the softmax's. e^x = 2^k · e^r with k = round(x/ln 2), |r| <= ln(2)/2,
 // and e^r by its Taylor polynomial to r^8, whose truncation error is below
 // 1e-8 relative.
+//
+// Every product is rounded before the sum it feeds (the conversions forbid
+// fused multiply-adds, which Go may use on some architectures), so the
+// result is the same on every machine and on a GPU that rounds each
+// operation the same way (sample.cu's exp_neg): SampleTopK depends on it.
 func expNeg(x float64) float32 {
-	k := int64(x*math.Log2E - 0.5) // truncation toward zero: x*log2(e) rounded, as x <= 0
-	r := x - float64(k)*math.Ln2
-	p := 1 + r*(1+r*(1./2+r*(1./6+r*(1./24+r*(1./120+r*(1./720+r*(1./5040+r*(1./40320))))))))
+	k := int64(float64(x*math.Log2E) - 0.5) // truncation toward zero: x*log2(e) rounded, as x <= 0
+	r := x - float64(float64(k)*math.Ln2)
+	q := float64(r * (1. / 40320)) // Horner's rule for the Taylor polynomial, innermost first
+	q = float64(r * (1./5040 + q))
+	q = float64(r * (1./720 + q))
+	q = float64(r * (1./120 + q))
+	q = float64(r * (1./24 + q))
+	q = float64(r * (1./6 + q))
+	q = float64(r * (1./2 + q))
+	q = float64(r * (1 + q))
+	p := 1 + q
 	return float32(p * math.Float64frombits(uint64(k+1023)<<52))
 }
 

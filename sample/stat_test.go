@@ -98,6 +98,13 @@ func TestDistribution(t *testing.T) {
 			[]float64{0.4 / 0.9, 0.25 / 0.9, 0.15 / 0.9, 0.1 / 0.9, 0, 0, 0}},
 		{"top-p over 400 tokens", big, Params{Temperature: 1, TopP: 0.8}, nil},
 		{"the whole chain over 400 tokens", big, Params{Temperature: 0.8, TopK: 300, TopP: 0.9, MinP: 0.02}, nil},
+		// Top-k chains of at most MaxDrawTopK draw by SampleTopK.
+		{"top-k 6, top-p 0.93 of a known distribution", known, Params{Temperature: 1, TopK: 6, TopP: 0.93},
+			[]float64{0.4 / 0.95, 0.25 / 0.95, 0.15 / 0.95, 0.1 / 0.95, 0.05 / 0.95, 0, 0}},
+		{"top-k 7, min-p 0.2 after top-p 0.93", known, Params{Temperature: 1, TopK: 7, TopP: 0.93, MinP: 0.2},
+			[]float64{0.4 / 0.9, 0.25 / 0.9, 0.15 / 0.9, 0.1 / 0.9, 0, 0, 0}},
+		{"llama.cpp's defaults over 400 tokens", big, Params{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05}, nil},
+		{"top-k 64, min-p 0.2, temperature 1.3 over 400 tokens", big, Params{Temperature: 1.3, TopK: 64, MinP: 0.2}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

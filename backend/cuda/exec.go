@@ -380,18 +380,22 @@ func (e *exec) allocate(pl *planned) error {
 	}
 	e.stageHost()
 	var err error
-	e.meta, err = e.alloc(uint64(e.drawAt+20*p.MaxRows), "the batch")
+	e.meta, err = e.alloc(uint64(e.drawAt+drawParamBytes*p.MaxRows), "the batch")
 	return err
 }
 
+// drawParamBytes is the size of a row's draw parameters (drawHost).
+const drawParamBytes = 32
+
 // drawHost is the host side of the device draws (sample.go): the
 // parameters, which follow the batch at drawAt on both sides (seeds,
-// steps, then temperatures, so that one copy moves the batch and them),
-// and the drawn ids.
+// steps, temperatures, top-ks, top-ps, then min-ps, so that one copy
+// moves the batch and them), and the drawn ids.
 type drawHost struct {
-	seed, step []uint64
-	temp       []float32
-	ids        [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
+	seed, step       []uint64
+	temp, topP, minP []float32
+	topK             []int32
+	ids              [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
 	// drawn is where the draw kernel stores row r's draw itself, at
 	// 2r + (the draw's step & 1), through drawnDev, its device address:
 	// no copy follows the plan (0 where the page-locked block is not
@@ -406,7 +410,7 @@ type drawHost struct {
 func (e *exec) stageHost() {
 	p, m := e.p, e.p.MaxRows
 	metaBytes := (4*(metaArrays+4*m) + 7) &^ 7
-	drawBytes := (20*m + 4*backend.MaxPipelined*m + 8*m + 7) &^ 7
+	drawBytes := (drawParamBytes*m + 4*backend.MaxPipelined*m + 8*m + 7) &^ 7
 	outFloats := min(m, smallRows) * max(p.Vocab, p.Dim)
 	size := metaBytes + drawBytes + 4*outFloats
 	var block unsafe.Pointer
@@ -434,10 +438,13 @@ func (e *exec) stageHost() {
 	dh.seed = unsafe.Slice((*uint64)(at(metaBytes)), m)
 	dh.step = unsafe.Slice((*uint64)(at(metaBytes+8*m)), m)
 	dh.temp = unsafe.Slice((*float32)(at(metaBytes+16*m)), m)
+	dh.topK = unsafe.Slice((*int32)(at(metaBytes+20*m)), m)
+	dh.topP = unsafe.Slice((*float32)(at(metaBytes+24*m)), m)
+	dh.minP = unsafe.Slice((*float32)(at(metaBytes+28*m)), m)
 	for i := range dh.ids {
-		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+20*m+4*i*m)), m)
+		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+drawParamBytes*m+4*i*m)), m)
 	}
-	drawnAt := metaBytes + 20*m + 4*backend.MaxPipelined*m
+	drawnAt := metaBytes + drawParamBytes*m + 4*backend.MaxPipelined*m
 	dh.drawn = unsafe.Slice((*int32)(at(drawnAt)), 2*m)
 	if dev != 0 {
 		dh.drawnDev = dev + uint64(drawnAt)

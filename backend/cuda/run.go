@@ -187,7 +187,7 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	// written again before the run's end has been waited for.
 	n := 4 * len(h)
 	if draws {
-		n = e.drawAt + 20*m
+		n = e.drawAt + drawParamBytes*m
 	}
 	*c = callArgs{uintptr(e.meta), uintptr(unsafe.Pointer(&h[0])), uintptr(n), 0}
 	if r := c.call(d.htoDAsync, 4); r != 0 {

@@ -6,7 +6,11 @@
 // sample.SampleGumbel's: the division and the addition rounded to float32,
 // the logarithms in double, ties to the lowest id, NaN and -Inf never
 // drawn. One launch: a block takes the best of one vocabulary chunk, the
-// last block of a row the best of the row's chunks.
+// last block of a row the best of the row's chunks. A row with a top-k
+// draws as sample.SampleTopK: a block sorts its chunk and keeps its best
+// k, the last block of the row merges the chunks' into the row's best k,
+// then computes their probabilities, top-p and min-p in SampleTopK's
+// order and arithmetic, and draws among those kept.
 
 #define GUMBEL_GAMMA 0x9e3779b97f4a7c15ULL
 #define DRAW_THREADS 256
@@ -44,62 +48,218 @@ __device__ void block_best(float* s, int* id) {
     }
 }
 
+#define DRAW_TOPK 64   // backend.MaxTopK
+#define DRAW_SORT 4096 // keys a block sorts at once: a chunk, or a merge's share
+
+// cand_key orders finite logits as SampleTopK ranks them, the larger first
+// and then the lower id, as one unsigned key (0 is no candidate). -0 and
+// +0 rank as equals.
+__device__ __forceinline__ u64 cand_key(float v, int id) {
+    u32 b = __float_as_uint(v == 0.f ? 0.f : v);
+    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((u64)b << 32) | (u64)(0xffffffffu - (u32)id);
+}
+__device__ __forceinline__ int key_id(u64 k) { return (int)(0xffffffffu - (u32)k); }
+
+// bitonic_desc sorts n keys (a power of two) of shared memory, largest
+// first.
+__device__ void bitonic_desc(u64* a, int n) {
+    for (int k = 2; k <= n; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < n; i += DRAW_THREADS) {
+                int x = i ^ j;
+                if (x > i) {
+                    u64 p = a[i], q = a[x];
+                    if ((i & k) == 0 ? p < q : p > q) { a[i] = q; a[x] = p; }
+                }
+            }
+            __syncthreads();
+        }
+}
+
+__device__ __forceinline__ int pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+// exp_neg is package sample's expNeg, every operation rounded as Go
+// rounds it (no fused multiply-adds): e^x for x in [-104, 0] as float32.
+__device__ float exp_neg(double x) {
+    const double log2e = __longlong_as_double(0x3ff71547652b82feLL), ln2 = __longlong_as_double(0x3fe62e42fefa39efLL);
+    long long k = (long long)__dsub_rn(__dmul_rn(x, log2e), 0.5);
+    double r = __dsub_rn(x, __dmul_rn((double)k, ln2));
+    double q = __dmul_rn(r, 1.0 / 40320);
+    q = __dmul_rn(r, __dadd_rn(1.0 / 5040, q));
+    q = __dmul_rn(r, __dadd_rn(1.0 / 720, q));
+    q = __dmul_rn(r, __dadd_rn(1.0 / 120, q));
+    q = __dmul_rn(r, __dadd_rn(1.0 / 24, q));
+    q = __dmul_rn(r, __dadd_rn(1.0 / 6, q));
+    q = __dmul_rn(r, __dadd_rn(1.0 / 2, q));
+    q = __dmul_rn(r, __dadd_rn(1.0, q));
+    return __double2float_rn(__dmul_rn(__dadd_rn(1.0, q), __longlong_as_double((k + 1023) << 52)));
+}
+
+// prob_of is package sample's prob: e^((v - mx)/T) with 1/T as invT.
+__device__ __forceinline__ float prob_of(float v, float mx, double invT) {
+    if (v == mx) return 1.f;
+    double e = __dmul_rn(__dsub_rn((double)v, (double)mx), invT);
+    if (!(e >= -104.0)) return 0.f;
+    return exp_neg(e);
+}
+
+// gumbel_score is SampleGumbel's score of logit v, token i, under the step
+// key skey.
+__device__ __forceinline__ float gumbel_score(float v, int i, float t, u64 skey) {
+    u64 h = mix64(skey + (u64)(i + 1) * GUMBEL_GAMMA);
+    double u = ((double)(h >> 11) + 0.5) * 0x1p-53;
+    return __fadd_rn(__fdiv_rn(v, t), (float)(-log(-log(u))));
+}
+
+// topk_chunk writes the best k candidates of logits l's chunk [lo, hi)
+// (at most DRAW_SORT) to dst, ranked, 0 past the finite ones.
+__device__ void topk_chunk(u64* keys, const float* l, int lo, int hi, int k, u64* dst) {
+    int n = pow2_at_least(hi - lo);
+    for (int i = threadIdx.x; i < n; i += DRAW_THREADS) {
+        u64 key = 0;
+        if (lo + i < hi) {
+            float v = l[lo + i];
+            if (v > NEG_INF) key = cand_key(v, lo + i);
+        }
+        keys[i] = key;
+    }
+    __syncthreads();
+    bitonic_desc(keys, n);
+    for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[i] = i < n ? keys[i] : 0;
+}
+
+// topk_merge leaves in keys[0, k) the best k of the chunks' candidates
+// (chunks lists of k at a stride of DRAW_TOPK), ranked: DRAW_SORT at a
+// time, each round keeping the best k so far.
+__device__ void topk_merge(u64* keys, const u64* cb, int chunks, int k) {
+    int total = chunks * k, next = 0, have = 0;
+    while (next < total) {
+        int take = min(DRAW_SORT - have, total - next), n = pow2_at_least(have + take);
+        for (int i = threadIdx.x; i < n - have; i += DRAW_THREADS) {
+            int q = next + i;
+            keys[have + i] = i < take ? __ldcg(cb + (u64)(q / k) * DRAW_TOPK + q % k) : 0;
+        }
+        __syncthreads();
+        bitonic_desc(keys, n);
+        next += take;
+        have = min(k, n);
+    }
+}
+
+// topk_draw is SampleTopK's steps 2-5 on the ranked keys[0, k) of logits
+// row l: thread 0's candidate (id -1: none) in best, id.
+__device__ void topk_draw(const u64* keys, const float* l, int k, float t, float topp, float minp, u64 skey, float* best,
+                          int* id) {
+    __shared__ float prob[DRAW_TOPK], score[DRAW_TOPK];
+    __shared__ int ids[DRAW_TOPK], keep;
+    int i = threadIdx.x;
+    if (i < k) {
+        u64 key = keys[i];
+        ids[i] = key ? key_id(key) : -1;
+        if (key) {
+            float v = l[key_id(key)];
+            prob[i] = prob_of(v, l[key_id(keys[0])], __ddiv_rn(1.0, (double)t));
+            score[i] = gumbel_score(v, key_id(key), t, skey);
+        }
+    }
+    __syncthreads();
+    if (i == 0) {
+        // The sums in rank order, as SampleTopK adds them.
+        int n = 0;
+        double total = 0.0;
+        while (n < k && ids[n] >= 0) total = __dadd_rn(total, (double)prob[n++]);
+        keep = n;
+        if (topp < 1.f) {
+            double target = __dmul_rn((double)topp, total), acc = 0.0;
+            for (int j = 0; j < n; j++)
+                if ((acc = __dadd_rn(acc, (double)prob[j])) >= target) {
+                    keep = j + 1;
+                    break;
+                }
+        }
+    }
+    __syncthreads();
+    *best = NEG_INF;
+    *id = -1;
+    if (i < keep && prob[i] != 0.f && prob[i] >= minp) {
+        *best = score[i];
+        *id = ids[i];
+    }
+    block_best(best, id);
+}
+
 // draw: block (c, r) takes the best candidate of logits row r ([selected
 // rows, vocab]) within chunk c ([c*chunk, (c+1)*chunk)) into
 // part[r*chunks + c] (float score, int id); temp, seed and step are row
-// r's draw. The last of row r's blocks to finish (counted in done[r],
-// which it leaves at 0 again) takes the best of the row's chunks, in chunk
-// order, into out[r] (-1 when every logit was NaN or -Inf), and where host
-// is set (page-locked host memory mapped for the device) into
-// host[2r + step & 1] as well, so that no copy need follow: two steps in
-// flight keep their draws apart. It also readies
+// r's draw. A row with a top-k (topk[r] > 0 and temp[r] > 0) instead
+// keeps the chunk's best topk[r] logits in cands[(r*chunks + c)*DRAW_TOPK]
+// (chunk must be at most DRAW_SORT). The last of row r's blocks to finish
+// (counted in done[r], which it leaves at 0 again) takes the best of the
+// row's chunks, in chunk order (a top-k row: SampleTopK's draw among the
+// chunks' candidates), into out[r] (-1 when every logit was NaN or -Inf),
+// and where host is set (page-locked host memory mapped for the device)
+// into host[2r + step & 1] as well, so that no copy need follow: two
+// steps in flight keep their draws apart. It also readies
 // meta for the step after a decode batch's (backend.Pipeliner's
 // IssueNext): row r is fed its draw (token 0 where there was none; the
 // host reports that step's error), one position further, with its draw's
 // step one further. Every other run stages meta and the steps from the
 // host again, so for them these writes are dead.
-extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, const float* logits,
-        const float* temp, const u64* seed, u64* step, const int* meta, int vocab, int chunk,
-        int* out, unsigned* done, int* tokens, int* pos, int* host) {
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u64* cands, const float* logits,
+        const float* temp, const int* topk, const float* topp, const float* minp, const u64* seed, u64* step,
+        const int* meta, int vocab, int chunk, int* out, unsigned* done, int* tokens, int* pos, int* host) {
+    __shared__ u64 keys[DRAW_SORT];
     int r = blockIdx.y;
     if (r >= meta[1]) return;
     const float* l = logits + (u64)r * vocab;
     float t = temp[r];
+    int k = t > 0.0f ? topk[r] : 0;
     u64 stp = step[r];
     u64 skey = mix64(mix64(seed[r] + GUMBEL_GAMMA) + (stp + 1) * GUMBEL_GAMMA);
-    int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab);
-    float best = NEG_INF;
-    int id = -1;
-    for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) {
-        float v = l[i];
-        if (!(v > NEG_INF)) continue;
-        float s = v;
-        if (t > 0.0f) {
-            u64 h = mix64(skey + (u64)(i + 1) * GUMBEL_GAMMA);
-            double u = ((double)(h >> 11) + 0.5) * 0x1p-53;
-            s = __fadd_rn(__fdiv_rn(v, t), (float)(-log(-log(u))));
+    int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab), chunks = gridDim.x;
+    u64* cb = cands + (u64)r * chunks * DRAW_TOPK;
+    if (k > 0) {
+        topk_chunk(keys, l, lo, hi, k, cb + (u64)blockIdx.x * DRAW_TOPK);
+        __threadfence(); // this thread's candidates are visible before the count says so
+        __syncthreads();
+    } else {
+        float best = NEG_INF;
+        int id = -1;
+        for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) {
+            float v = l[i];
+            if (!(v > NEG_INF)) continue;
+            float s = t > 0.0f ? gumbel_score(v, i, t, skey) : v;
+            if (better(s, i, best, id)) { best = s; id = i; }
         }
-        if (better(s, i, best, id)) { best = s; id = i; }
+        block_best(&best, &id);
+        if (threadIdx.x == 0) {
+            part[(u64)r * chunks + blockIdx.x] = make_float2(best, __int_as_float(id));
+            __threadfence(); // the partial is visible before the count says so
+        }
     }
-    block_best(&best, &id);
-    int chunks = gridDim.x;
     __shared__ bool last;
-    if (threadIdx.x == 0) {
-        part[(u64)r * chunks + blockIdx.x] = make_float2(best, __int_as_float(id));
-        __threadfence(); // the partial is visible before the count says so
-        last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
-    }
+    if (threadIdx.x == 0) last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    best = NEG_INF;
-    id = -1;
-    for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) {
-        float2 p = __ldcg(&part[(u64)r * chunks + c]);
-        int pid = __float_as_int(p.y);
-        if (better(p.x, pid, best, id)) { best = p.x; id = pid; }
+    float best = NEG_INF;
+    int id = -1;
+    if (k > 0) {
+        topk_merge(keys, cb, chunks, k);
+        topk_draw(keys, l, k, t, topp[r], minp[r], skey, &best, &id);
+    } else {
+        for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) {
+            float2 p = __ldcg(&part[(u64)r * chunks + c]);
+            int pid = __float_as_int(p.y);
+            if (better(p.x, pid, best, id)) { best = p.x; id = pid; }
+        }
+        block_best(&best, &id);
     }
-    block_best(&best, &id);
     if (threadIdx.x == 0) {
         out[r] = id;
         if (host) host[2 * r + (int)(stp & 1)] = id;

@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"unsafe"
 
@@ -25,18 +24,20 @@ var drawChunk = 2048 // a variable so tests can cover many chunks with a small v
 // temperatures) follow the batch in meta (exec.drawAt).
 type drawState struct {
 	part   uint64 // device: float2 [MaxRows, chunks]
+	cands  uint64 // device: uint64 [MaxRows, chunks, backend.MaxTopK], the chunks' best logits of a top-k row
 	ids    uint64 // device: int32 [MaxRows]
 	done   uint64 // device: uint32 [MaxRows], each row's blocks finished (0 between launches)
 	chunks int
 	fn     uintptr
-	args   [13]uint64 // draw's arguments
-	params [13]uintptr
+	args   [17]uint64 // draw's arguments
+	params [17]uintptr
 }
 
 var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no token to draw")
 
 // RunSampled implements backend.Sampler: Run, then each selected row's
-// token drawn on the device by s[i] (sample.SampleGumbel's draw).
+// token drawn on the device by s[i] (sample.SampleGumbel's draw, or
+// sample.SampleTopK's for a row with a top-k).
 func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) error {
 	if len(out) != len(b.Selected) {
 		return fmt.Errorf("cuda: %d selected rows and %d outputs", len(b.Selected), len(out))
@@ -89,8 +90,8 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		return fmt.Errorf("cuda: %d selected rows and %d samplings", len(b.Selected), len(s))
 	}
 	for i, x := range s {
-		if !(x.Temperature >= 0) || math.IsInf(float64(x.Temperature), 1) {
-			return fmt.Errorf("cuda: row %d: temperature %v", i, x.Temperature)
+		if err := x.Check(); err != nil {
+			return fmt.Errorf("cuda: row %d: %w", i, err)
 		}
 	}
 	if e.be.closed {
@@ -109,6 +110,7 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 	dh := &e.drawHost
 	for i, x := range s {
 		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
+		dh.topK[i], dh.topP[i], dh.minP[i] = int32(x.TopK), x.TopP, x.MinP
 	}
 	return nil
 }
@@ -149,8 +151,11 @@ func checkDraws(out, selected []int32) error {
 	return nil
 }
 
-// drawThreads is sample.cu's DRAW_THREADS.
-const drawThreads = 256
+// drawThreads and drawSort are sample.cu's DRAW_THREADS and DRAW_SORT.
+const (
+	drawThreads = 256
+	drawSort    = 4096
+)
 
 // newDrawState allocates the draws' device memory and binds the two
 // launches' arguments; the context must be current.
@@ -160,12 +165,15 @@ func (e *exec) newDrawState() error {
 	if !ok {
 		return errors.New("cuda: the draw kernel is missing")
 	}
+	if drawChunk > drawSort {
+		return fmt.Errorf("cuda: draw chunks of %d tokens, more than the %d a block sorts", drawChunk, drawSort)
+	}
 	m := p.MaxRows
 	ds := &drawState{chunks: (p.Vocab + drawChunk - 1) / drawChunk, fn: fn}
 	for _, a := range []struct {
 		ptr *uint64
 		n   int
-	}{{&ds.part, 8 * m * ds.chunks}, {&ds.ids, 4 * m}, {&ds.done, 4 * m}} {
+	}{{&ds.part, 8 * m * ds.chunks}, {&ds.cands, 8 * m * ds.chunks * backend.MaxTopK}, {&ds.ids, 4 * m}, {&ds.done, 4 * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
@@ -174,9 +182,10 @@ func (e *exec) newDrawState() error {
 	}
 	seed := e.meta + uint64(e.drawAt)
 	field := func(k int) uint64 { return e.meta + uint64(4*(metaArrays+k*m)) }
-	ds.args = [13]uint64{
-		ds.part, e.bufs[p.Logits], seed + uint64(16*m), seed, seed + uint64(8*m), e.meta, uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)),
-		ds.ids, ds.done, field(fieldTokens), field(fieldPos), e.drawHost.drawnDev,
+	at := func(off int) uint64 { return seed + uint64(off*m) } // the parameters' arrays (drawHost)
+	ds.args = [17]uint64{
+		ds.part, ds.cands, e.bufs[p.Logits], at(16), at(20), at(24), at(28), seed, at(8), e.meta,
+		uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)), ds.ids, ds.done, field(fieldTokens), field(fieldPos), e.drawHost.drawnDev,
 	}
 	for i := range ds.args {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))

@@ -1,6 +1,9 @@
 package cuda
 
 import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -11,8 +14,9 @@ import (
 )
 
 // TestDeviceDraws: tokens drawn on the device (RunSampled through
-// engine.StepSampled) are sample.SampleGumbel's draws from the logits the
-// same plan produces, for greedy and tempered rows, one row (a graph
+// engine.StepSampled) are sample.SampleGumbel's (or, with a top-k,
+// sample.SampleTopK's) draws from the logits the same plan produces, for
+// greedy, tempered and truncated rows, one row (a graph
 // replay), three, and ten (plain launches), with the vocabulary split into
 // many chunks.
 func TestDeviceDraws(t *testing.T) {
@@ -51,6 +55,9 @@ func TestDeviceDraws(t *testing.T) {
 		for step := range 12 {
 			for i := range s {
 				s[i] = backend.Sampling{Temperature: []float32{0, 0.6, 1, 2.5}[(i+step)%4], Seed: uint64(100 + i), Step: uint64(step)}
+				if (i+step)%3 == 1 { // llama.cpp's chain, and a wider one
+					s[i].TopK, s[i].TopP, s[i].MinP = []int{40, backend.MaxTopK}[step%2], 0.95, 0.05
+				}
 			}
 			if err := m.Step(logitSeqs, toks, logits); err != nil {
 				t.Fatal(err)
@@ -59,7 +66,7 @@ func TestDeviceDraws(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range rows {
-				want, err := sample.SampleGumbel(logits[i*v:(i+1)*v], s[i].Temperature, s[i].Seed, s[i].Step)
+				want, err := sample.Draw(s[i]).Sample(logits[i*v : (i+1)*v])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -112,6 +119,9 @@ func TestPipelinedDraws(t *testing.T) {
 			seqs[i], _ = m.NewSequence()
 			toks[i] = int32(5 + 37*i)
 			s[i] = backend.Sampling{Temperature: []float32{0, 0.7, 1.3}[i%3], Seed: uint64(40 + i), Step: uint64(i)}
+			if i%2 == 1 {
+				s[i].TopK, s[i].TopP, s[i].MinP = 40, 0.95, 0.05
+			}
 		}
 		first := append([]int32(nil), toks...)
 		want := make([][]int32, steps)
@@ -224,5 +234,99 @@ func TestPipelinedDraws(t *testing.T) {
 	}
 	if err := e.IssueNext(); err == nil {
 		t.Error("a step past the context was issued")
+	}
+}
+
+// TestTopKDraws: the device's top-k draws are sample.SampleTopK's (and the
+// plain ones sample.SampleGumbel's) on logits made to be hard: few levels
+// (ties across chunks), -0 beside +0, NaN, ±Inf, rows with fewer finite
+// logits than k and none at all, every top-k, top-p and min-p setting,
+// and chunks of 4 tokens (a merge of 375 chunks' candidates in rounds), 48
+// and 2048 (one chunk). The logits are an F32 embedding table's rows,
+// chosen by the batch's tokens, so they reach the draws as written.
+func TestTopKDraws(t *testing.T) {
+	gpu := newGPU(t)
+	defer func(c int) { drawChunk = c }(drawChunk)
+	const vocab, rows = 1500, 6
+	rng := rand.New(rand.NewPCG(3, 9))
+	table := make([]float32, vocab*vocab)
+	for r := range vocab {
+		row := table[r*vocab : (r+1)*vocab]
+		levels, finite := 1+rng.IntN(30), 100
+		switch r % 10 {
+		case 0:
+			finite = 0 // every logit -Inf or NaN
+		case 1:
+			finite = 1 // a handful of finite logits, fewer than k
+		}
+		for i := range row {
+			switch x := rng.IntN(100); {
+			case x >= finite:
+				row[i] = float32(math.Inf(-1))
+				if x%2 == 0 {
+					row[i] = float32(math.NaN())
+				}
+			case x < 2:
+				row[i] = float32(math.Inf(-1))
+			case x < 4:
+				row[i] = float32(math.NaN())
+			case x == 4 && r%7 == 0:
+				row[i] = float32(math.Inf(1))
+			case x == 5:
+				row[i] = float32(math.Copysign(0, -1))
+			case x == 6:
+				row[i] = 0
+			default:
+				row[i] = float32(rng.IntN(levels))*0.41 - 4
+			}
+		}
+		if r%10 == 1 {
+			for _, i := range rng.Perm(vocab)[:3] {
+				row[i] = float32(rng.IntN(4))
+			}
+		}
+	}
+	for _, chunk := range []int{4, 48, 2048} {
+		drawChunk = chunk
+		b := newProg(t, 5, rows, 1, 64, vocab)
+		x, logits := b.buf(vocab), b.buf(vocab)
+		w := b.mat("F32", vocab, vocab, 1)
+		data := b.p.Weights[w].Data.Bytes
+		for i, v := range table {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+		}
+		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: w})
+		b.op(backend.Op{Kind: backend.OpGather, Out: logits, A: x, OnSelected: true})
+		b.p.Logits = logits
+		ex, err := gpu.Compile(b.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := ex.(*exec)
+		out := make([]int32, rows)
+		s := make([]backend.Sampling, rows)
+		for trial := range 60 {
+			bt := tokenBatch(rng, rows, vocab)
+			for i := range s {
+				s[i] = backend.Sampling{Temperature: []float32{0, 0.05, 0.8, 2.5}[rng.IntN(4)], Seed: uint64(trial), Step: uint64(i)}
+				if rng.IntN(5) > 0 {
+					s[i].TopK = []int{1, 2, 7, 40, backend.MaxTopK}[rng.IntN(5)]
+					s[i].TopP = []float32{1, 0.95, 0.5, 0.1}[rng.IntN(4)]
+					s[i].MinP = []float32{0, 0.05, 0.5, 1}[rng.IntN(4)]
+				}
+			}
+			err := e.RunSampled(bt, s, out)
+			for i, tok := range bt.Tokens {
+				x := s[i]
+				want, werr := sample.Draw(x).Sample(table[int(tok)*vocab : int(tok+1)*vocab])
+				switch {
+				case werr != nil && (err == nil || out[i] >= 0):
+					t.Fatalf("chunk %d, trial %d, row %d (token %d, %+v): drawn %d (%v) where the host finds %v", chunk, trial, i, tok, x, out[i], err, werr)
+				case werr == nil && out[i] != want:
+					t.Fatalf("chunk %d, trial %d, row %d (token %d, %+v): drawn %d, sample %d", chunk, trial, i, tok, x, out[i], want)
+				}
+			}
+		}
+		ex.Close()
 	}
 }

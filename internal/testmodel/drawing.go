@@ -9,7 +9,7 @@ import (
 
 // Drawing wraps a backend so that its executables draw tokens themselves
 // (backend.Sampler), as the CUDA backend does on the device, by the host
-// reference sample.SampleGumbel. Draws counts the tokens they drew.
+// reference sample.Draw (SampleGumbel, or SampleTopK for a top-k). Draws counts the tokens they drew.
 type Drawing struct {
 	backend.Backend
 	Draws int
@@ -38,7 +38,7 @@ func (e *drawingExec) RunSampled(b *backend.Batch, s []backend.Sampling, out []i
 		return err
 	}
 	for i, x := range s {
-		id, err := sample.SampleGumbel(e.logits[i*v:(i+1)*v], x.Temperature, x.Seed, x.Step)
+		id, err := sample.Draw(x).Sample(e.logits[i*v : (i+1)*v])
 		if err != nil {
 			return err
 		}
