@@ -7,8 +7,9 @@
 // the logarithms in double, ties to the lowest id, NaN and -Inf never
 // drawn. One launch: a block takes the best of one vocabulary chunk, the
 // last block of a row the best of the row's chunks. A row with a top-k
-// draws as sample.SampleTopK: a block sorts its chunk and keeps its best
-// k, the last block of the row merges the chunks' into the row's best k,
+// draws as sample.SampleTopK: a block ranks its chunk's best k (runs of 64
+// sorted, then merged pairwise), the last block of the row merges the
+// chunks' lists into the row's best k,
 // then computes their probabilities, top-p and min-p in SampleTopK's
 // order and arithmetic, and draws among those kept.
 
@@ -48,8 +49,8 @@ __device__ void block_best(float* s, int* id) {
     }
 }
 
-#define DRAW_TOPK 64   // backend.MaxTopK
-#define DRAW_SORT 4096 // keys a block sorts at once: a chunk, or a merge's share
+#define DRAW_TOPK 64  // backend.MaxTopK; also the length of the ranked lists below
+#define DRAW_LISTS 32 // lists a block merges at once (16 KiB); a chunk is at most DRAW_LISTS * DRAW_TOPK tokens
 
 // cand_key orders finite logits as SampleTopK ranks them, the larger first
 // and then the lower id, as one unsigned key (0 is no candidate). -0 and
@@ -61,26 +62,66 @@ __device__ __forceinline__ u64 cand_key(float v, int id) {
 }
 __device__ __forceinline__ int key_id(u64 k) { return (int)(0xffffffffu - (u32)k); }
 
-// bitonic_desc sorts n keys (a power of two) of shared memory, largest
-// first.
-__device__ void bitonic_desc(u64* a, int n) {
-    for (int k = 2; k <= n; k <<= 1)
-        for (int j = k >> 1; j > 0; j >>= 1) {
+// sort_runs sorts each run of DRAW_TOPK keys of a[0, n) (n a multiple of
+// it) in shared memory, largest first: a bitonic network within the runs.
+__device__ void sort_runs(u64* a, int n) {
+    for (int size = 2; size <= DRAW_TOPK; size <<= 1)
+        for (int j = size >> 1; j > 0; j >>= 1) {
             for (int i = threadIdx.x; i < n; i += DRAW_THREADS) {
                 int x = i ^ j;
                 if (x > i) {
                     u64 p = a[i], q = a[x];
-                    if ((i & k) == 0 ? p < q : p > q) { a[i] = q; a[x] = p; }
+                    // Runs of size alternate in direction to form the next
+                    // stage's bitonic runs; the last stage sorts every run
+                    // largest first.
+                    bool desc = (i & size) == 0 || size == DRAW_TOPK;
+                    if (desc ? p < q : p > q) { a[i] = q; a[x] = p; }
                 }
             }
             __syncthreads();
         }
 }
 
-__device__ __forceinline__ int pow2_at_least(int n) {
-    int p = 1;
-    while (p < n) p <<= 1;
-    return p;
+// merge_round merges lists 2q and 2q+1 of src (L ranked lists of k keys,
+// 0 past their candidates, at a stride of DRAW_TOPK) into list q of dst,
+// keeping the best k, and copies an odd last list; it returns the lists
+// left. A key's rank in the merge is its index plus the keys of the other
+// list above it (keys are distinct but for the 0s, which are not placed).
+__device__ int merge_round(const u64* src, int L, u64* dst, int k) {
+    int pairs = L / 2, left = (L + 1) / 2;
+    for (int i = threadIdx.x; i < left * DRAW_TOPK; i += DRAW_THREADS) dst[i] = 0;
+    __syncthreads();
+    for (int e = threadIdx.x; e < pairs * 2 * k; e += DRAW_THREADS) {
+        int q = e / (2 * k), w = e % (2 * k), side = w / k, i = w % k;
+        const u64* a = src + (2 * q + side) * DRAW_TOPK;
+        const u64* b = src + (2 * q + 1 - side) * DRAW_TOPK;
+        u64 key = a[i];
+        if (key == 0) continue;
+        int lo = 0, hi = k;
+        while (lo < hi) {
+            int mid = (lo + hi) >> 1;
+            if (b[mid] > key) lo = mid + 1;
+            else hi = mid;
+        }
+        if (i + lo < k) dst[q * DRAW_TOPK + i + lo] = key;
+    }
+    if (L & 1)
+        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[pairs * DRAW_TOPK + i] = src[(L - 1) * DRAW_TOPK + i];
+    __syncthreads();
+    return left;
+}
+
+// reduce_lists merges L (at most DRAW_LISTS) ranked lists of k keys in
+// buf (DRAW_LISTS lists) into one, through spare (half as many), and
+// returns where it is.
+__device__ u64* reduce_lists(u64* buf, int L, u64* spare, int k) {
+    u64 *src = buf, *dst = spare;
+    while (L > 1) {
+        L = merge_round(src, L, dst, k);
+        u64* t = src;
+        src = dst, dst = t;
+    }
+    return src;
 }
 
 // exp_neg is package sample's expNeg, every operation rounded as Go
@@ -117,37 +158,43 @@ __device__ __forceinline__ float gumbel_score(float v, int i, float t, u64 skey)
 }
 
 // topk_chunk writes the best k candidates of logits l's chunk [lo, hi)
-// (at most DRAW_SORT) to dst, ranked, 0 past the finite ones.
-__device__ void topk_chunk(u64* keys, const float* l, int lo, int hi, int k, u64* dst) {
-    int n = pow2_at_least(hi - lo);
-    for (int i = threadIdx.x; i < n; i += DRAW_THREADS) {
+// (at most DRAW_LISTS * DRAW_TOPK tokens) to dst, ranked, 0 past the
+// finite ones: runs of DRAW_TOPK sorted, then merged.
+__device__ void topk_chunk(u64* buf, u64* spare, const float* l, int lo, int hi, int k, u64* dst) {
+    int L = (hi - lo + DRAW_TOPK - 1) / DRAW_TOPK;
+    for (int i = threadIdx.x; i < L * DRAW_TOPK; i += DRAW_THREADS) {
         u64 key = 0;
         if (lo + i < hi) {
             float v = l[lo + i];
             if (v > NEG_INF) key = cand_key(v, lo + i);
         }
-        keys[i] = key;
+        buf[i] = key;
     }
     __syncthreads();
-    bitonic_desc(keys, n);
-    for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[i] = i < n ? keys[i] : 0;
+    sort_runs(buf, L * DRAW_TOPK);
+    const u64* best = reduce_lists(buf, L, spare, k);
+    for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[i] = best[i];
 }
 
-// topk_merge leaves in keys[0, k) the best k of the chunks' candidates
-// (chunks lists of k at a stride of DRAW_TOPK), ranked: DRAW_SORT at a
-// time, each round keeping the best k so far.
-__device__ void topk_merge(u64* keys, const u64* cb, int chunks, int k) {
-    int total = chunks * k, next = 0, have = 0;
-    while (next < total) {
-        int take = min(DRAW_SORT - have, total - next), n = pow2_at_least(have + take);
-        for (int i = threadIdx.x; i < n - have; i += DRAW_THREADS) {
-            int q = next + i;
-            keys[have + i] = i < take ? __ldcg(cb + (u64)(q / k) * DRAW_TOPK + q % k) : 0;
+// topk_merge leaves in run[0, k) the best k of the chunks' candidates
+// (chunks lists of k at a stride of DRAW_TOPK in cb), ranked: DRAW_LISTS
+// lists at a time merged into one, then with the best so far (run and
+// pair's second half are pair's two lists).
+__device__ void topk_merge(u64* buf, u64* spare, u64* pair, const u64* cb, int chunks, int k) {
+    for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) pair[i] = 0;
+    for (int s = 0; s < chunks; s += DRAW_LISTS) {
+        int L = min(DRAW_LISTS, chunks - s);
+        for (int i = threadIdx.x; i < L * DRAW_TOPK; i += DRAW_THREADS) {
+            int j = i % DRAW_TOPK;
+            buf[i] = j < k ? __ldcg(cb + (u64)s * DRAW_TOPK + i) : 0;
         }
         __syncthreads();
-        bitonic_desc(keys, n);
-        next += take;
-        have = min(k, n);
+        const u64* best = reduce_lists(buf, L, spare, k);
+        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) pair[DRAW_TOPK + i] = best[i];
+        __syncthreads();
+        merge_round(pair, 2, buf, k);
+        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) pair[i] = buf[i];
+        __syncthreads();
     }
 }
 
@@ -198,7 +245,7 @@ __device__ void topk_draw(const u64* keys, const float* l, int k, float t, float
 // part[r*chunks + c] (float score, int id); temp, seed and step are row
 // r's draw. A row with a top-k (topk[r] > 0 and temp[r] > 0) instead
 // keeps the chunk's best topk[r] logits in cands[(r*chunks + c)*DRAW_TOPK]
-// (chunk must be at most DRAW_SORT). The last of row r's blocks to finish
+// (chunk must be at most DRAW_LISTS * DRAW_TOPK). The last of row r's blocks to finish
 // (counted in done[r], which it leaves at 0 again) takes the best of the
 // row's chunks, in chunk order (a top-k row: SampleTopK's draw among the
 // chunks' candidates), into out[r] (-1 when every logit was NaN or -Inf),
@@ -213,7 +260,7 @@ __device__ void topk_draw(const u64* keys, const float* l, int k, float t, float
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u64* cands, const float* logits,
         const float* temp, const int* topk, const float* topp, const float* minp, const u64* seed, u64* step,
         const int* meta, int vocab, int chunk, int* out, unsigned* done, int* tokens, int* pos, int* host) {
-    __shared__ u64 keys[DRAW_SORT];
+    __shared__ u64 buf[DRAW_LISTS * DRAW_TOPK], spare[DRAW_LISTS / 2 * DRAW_TOPK], pair[2 * DRAW_TOPK];
     int r = blockIdx.y;
     if (r >= meta[1]) return;
     const float* l = logits + (u64)r * vocab;
@@ -224,7 +271,7 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
     int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab), chunks = gridDim.x;
     u64* cb = cands + (u64)r * chunks * DRAW_TOPK;
     if (k > 0) {
-        topk_chunk(keys, l, lo, hi, k, cb + (u64)blockIdx.x * DRAW_TOPK);
+        topk_chunk(buf, spare, l, lo, hi, k, cb + (u64)blockIdx.x * DRAW_TOPK);
         __threadfence(); // this thread's candidates are visible before the count says so
         __syncthreads();
     } else {
@@ -250,8 +297,8 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
     float best = NEG_INF;
     int id = -1;
     if (k > 0) {
-        topk_merge(keys, cb, chunks, k);
-        topk_draw(keys, l, k, t, topp[r], minp[r], skey, &best, &id);
+        topk_merge(buf, spare, pair, cb, chunks, k);
+        topk_draw(pair, l, k, t, topp[r], minp[r], skey, &best, &id);
     } else {
         for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) {
             float2 p = __ldcg(&part[(u64)r * chunks + c]);

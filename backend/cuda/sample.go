@@ -151,10 +151,11 @@ func checkDraws(out, selected []int32) error {
 	return nil
 }
 
-// drawThreads and drawSort are sample.cu's DRAW_THREADS and DRAW_SORT.
+// drawThreads is sample.cu's DRAW_THREADS, drawMaxChunk its DRAW_LISTS *
+// DRAW_TOPK.
 const (
-	drawThreads = 256
-	drawSort    = 4096
+	drawThreads  = 256
+	drawMaxChunk = 32 * 64
 )
 
 // newDrawState allocates the draws' device memory and binds the two
@@ -165,8 +166,8 @@ func (e *exec) newDrawState() error {
 	if !ok {
 		return errors.New("cuda: the draw kernel is missing")
 	}
-	if drawChunk > drawSort {
-		return fmt.Errorf("cuda: draw chunks of %d tokens, more than the %d a block sorts", drawChunk, drawSort)
+	if drawChunk > drawMaxChunk {
+		return fmt.Errorf("cuda: draw chunks of %d tokens, more than the %d a block ranks", drawChunk, drawMaxChunk)
 	}
 	m := p.MaxRows
 	ds := &drawState{chunks: (p.Vocab + drawChunk - 1) / drawChunk, fn: fn}
