@@ -8,7 +8,7 @@
 // drawn. One launch: a block takes the best of one vocabulary chunk, the
 // last block of a row the best of the row's chunks. A row with a top-k
 // draws as sample.SampleTopK: a block ranks its chunk's best k (runs of 64
-// sorted, then merged pairwise), the last block of the row merges the
+// sorted by its warps, then merged pairwise), the last block of the row merges the
 // chunks' lists into the row's best k,
 // then computes their probabilities, top-p and min-p in SampleTopK's
 // order and arithmetic, and draws among those kept.
@@ -62,62 +62,83 @@ __device__ __forceinline__ u64 cand_key(float v, int id) {
 }
 __device__ __forceinline__ int key_id(u64 k) { return (int)(0xffffffffu - (u32)k); }
 
-// sort_runs sorts each run of DRAW_TOPK keys of a[0, n) (n a multiple of
-// it) in shared memory, largest first: a bitonic network within the runs.
-__device__ void sort_runs(u64* a, int n) {
-    for (int size = 2; size <= DRAW_TOPK; size <<= 1)
-        for (int j = size >> 1; j > 0; j >>= 1) {
-            for (int i = threadIdx.x; i < n; i += DRAW_THREADS) {
-                int x = i ^ j;
-                if (x > i) {
-                    u64 p = a[i], q = a[x];
-                    // Runs of size alternate in direction to form the next
-                    // stage's bitonic runs; the last stage sorts every run
-                    // largest first.
-                    bool desc = (i & size) == 0 || size == DRAW_TOPK;
-                    if (desc ? p < q : p > q) { a[i] = q; a[x] = p; }
-                }
-            }
-            __syncthreads();
-        }
+// shfl_xor64 is __shfl_xor_sync of a 64-bit key.
+__device__ __forceinline__ u64 shfl_xor64(u64 v, int m) {
+    u32 lo = __shfl_xor_sync(0xffffffffu, (u32)v, m), hi = __shfl_xor_sync(0xffffffffu, (u32)(v >> 32), m);
+    return ((u64)hi << 32) | lo;
 }
 
-// merge_round merges lists 2q and 2q+1 of src (L ranked lists of k keys,
-// 0 past their candidates, at a stride of DRAW_TOPK) into list q of dst,
-// keeping the best k, and copies an odd last list; it returns the lists
-// left. A key's rank in the merge is its index plus the keys of the other
-// list above it (keys are distinct but for the 0s, which are not placed).
-__device__ int merge_round(const u64* src, int L, u64* dst, int k) {
+// warp_sort64 sorts a warp's run of DRAW_TOPK keys, x0 at index lane and
+// x1 at lane + 32, largest first: a bitonic network, the pairs 32 apart
+// within a lane and the others across lanes by shuffles.
+__device__ __forceinline__ void warp_sort64(u64& x0, u64& x1) {
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int size = 2; size <= DRAW_TOPK; size <<= 1) {
+#pragma unroll
+        for (int j = size >> 1; j > 0; j >>= 1) {
+            if (j == 32) { // the last stage: index lane against lane + 32
+                u64 hi = x0 > x1 ? x0 : x1, lo = x0 > x1 ? x1 : x0;
+                x0 = hi, x1 = lo;
+                continue;
+            }
+            // Runs of size alternate in direction to form the next stage's
+            // bitonic runs; the last stage sorts the whole run largest
+            // first. The lower index of a pair keeps the larger key in a
+            // descending run.
+            bool low = (lane & j) == 0;
+            bool d0 = (lane & size) == 0 || size == DRAW_TOPK, d1 = ((lane + 32) & size) == 0 || size == DRAW_TOPK;
+            u64 p0 = shfl_xor64(x0, j), p1 = shfl_xor64(x1, j);
+            bool g0 = x0 > p0, g1 = x1 > p1;
+            x0 = (low == d0) == g0 ? x0 : p0;
+            x1 = (low == d1) == g1 ? x1 : p1;
+        }
+    }
+}
+
+// key_at is token i's candidate key in logits l, 0 past hi or where the
+// logit is NaN or -Inf.
+__device__ __forceinline__ u64 key_at(const float* l, int i, int hi) {
+    if (i >= hi) return 0;
+    float v = l[i];
+    return v > NEG_INF ? cand_key(v, i) : 0;
+}
+
+// merge_round merges lists 2q and 2q+1 of src (L ranked lists of
+// DRAW_TOPK keys, 0 past their candidates) into list q of dst, keeping the
+// best DRAW_TOPK, and copies an odd last list; it returns the lists left.
+// A key's rank in the merge is its index plus the keys of the other list
+// above it (keys are distinct but for the 0s, which are not placed).
+__device__ int merge_round(const u64* src, int L, u64* dst) {
     int pairs = L / 2, left = (L + 1) / 2;
     for (int i = threadIdx.x; i < left * DRAW_TOPK; i += DRAW_THREADS) dst[i] = 0;
     __syncthreads();
-    for (int e = threadIdx.x; e < pairs * 2 * k; e += DRAW_THREADS) {
-        int q = e / (2 * k), w = e % (2 * k), side = w / k, i = w % k;
+    for (int e = threadIdx.x; e < pairs * 2 * DRAW_TOPK; e += DRAW_THREADS) {
+        int q = e / (2 * DRAW_TOPK), side = (e / DRAW_TOPK) & 1, i = e % DRAW_TOPK;
         const u64* a = src + (2 * q + side) * DRAW_TOPK;
         const u64* b = src + (2 * q + 1 - side) * DRAW_TOPK;
         u64 key = a[i];
         if (key == 0) continue;
-        int lo = 0, hi = k;
-        while (lo < hi) {
-            int mid = (lo + hi) >> 1;
-            if (b[mid] > key) lo = mid + 1;
-            else hi = mid;
-        }
-        if (i + lo < k) dst[q * DRAW_TOPK + i + lo] = key;
+        int above = 0; // keys of b above key: a binary search of the ranked list
+#pragma unroll
+        for (int step = DRAW_TOPK / 2; step > 0; step >>= 1)
+            if (b[above + step - 1] > key) above += step;
+        above += b[above] > key;
+        if (i + above < DRAW_TOPK) dst[q * DRAW_TOPK + i + above] = key;
     }
     if (L & 1)
-        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[pairs * DRAW_TOPK + i] = src[(L - 1) * DRAW_TOPK + i];
+        for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) dst[pairs * DRAW_TOPK + i] = src[(L - 1) * DRAW_TOPK + i];
     __syncthreads();
     return left;
 }
 
-// reduce_lists merges L (at most DRAW_LISTS) ranked lists of k keys in
-// buf (DRAW_LISTS lists) into one, through spare (half as many), and
-// returns where it is.
-__device__ u64* reduce_lists(u64* buf, int L, u64* spare, int k) {
+// reduce_lists merges L (at most DRAW_LISTS) ranked lists in buf
+// (DRAW_LISTS lists) into one, through spare (half as many), and returns
+// where it is.
+__device__ u64* reduce_lists(u64* buf, int L, u64* spare) {
     u64 *src = buf, *dst = spare;
     while (L > 1) {
-        L = merge_round(src, L, dst, k);
+        L = merge_round(src, L, dst);
         u64* t = src;
         src = dst, dst = t;
     }
@@ -159,20 +180,18 @@ __device__ __forceinline__ float gumbel_score(float v, int i, float t, u64 skey)
 
 // topk_chunk writes the best k candidates of logits l's chunk [lo, hi)
 // (at most DRAW_LISTS * DRAW_TOPK tokens) to dst, ranked, 0 past the
-// finite ones: runs of DRAW_TOPK sorted, then merged.
+// finite ones: runs of DRAW_TOPK sorted by the warps, then merged.
 __device__ void topk_chunk(u64* buf, u64* spare, const float* l, int lo, int hi, int k, u64* dst) {
-    int L = (hi - lo + DRAW_TOPK - 1) / DRAW_TOPK;
-    for (int i = threadIdx.x; i < L * DRAW_TOPK; i += DRAW_THREADS) {
-        u64 key = 0;
-        if (lo + i < hi) {
-            float v = l[lo + i];
-            if (v > NEG_INF) key = cand_key(v, lo + i);
-        }
-        buf[i] = key;
+    int L = (hi - lo + DRAW_TOPK - 1) / DRAW_TOPK, lane = threadIdx.x & 31;
+    for (int run = threadIdx.x >> 5; run < L; run += DRAW_THREADS / 32) {
+        int at = lo + run * DRAW_TOPK + lane;
+        u64 x0 = key_at(l, at, hi), x1 = key_at(l, at + 32, hi);
+        warp_sort64(x0, x1);
+        buf[run * DRAW_TOPK + lane] = x0;
+        buf[run * DRAW_TOPK + lane + 32] = x1;
     }
     __syncthreads();
-    sort_runs(buf, L * DRAW_TOPK);
-    const u64* best = reduce_lists(buf, L, spare, k);
+    const u64* best = reduce_lists(buf, L, spare);
     for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[i] = best[i];
 }
 
@@ -189,11 +208,11 @@ __device__ void topk_merge(u64* buf, u64* spare, u64* pair, const u64* cb, int c
             buf[i] = j < k ? __ldcg(cb + (u64)s * DRAW_TOPK + i) : 0;
         }
         __syncthreads();
-        const u64* best = reduce_lists(buf, L, spare, k);
-        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) pair[DRAW_TOPK + i] = best[i];
+        const u64* best = reduce_lists(buf, L, spare);
+        for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) pair[DRAW_TOPK + i] = best[i];
         __syncthreads();
-        merge_round(pair, 2, buf, k);
-        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) pair[i] = buf[i];
+        merge_round(pair, 2, buf);
+        for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) pair[i] = buf[i];
         __syncthreads();
     }
 }

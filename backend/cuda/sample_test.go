@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/engine"
@@ -328,5 +331,52 @@ func TestTopKDraws(t *testing.T) {
 			}
 		}
 		ex.Close()
+	}
+}
+
+// TestDrawCost times the draw kernel alone, a measuring aid that checks
+// nothing: with WEFT_DRAW_COST=1 it launches the draws back to back on
+// one row of a 128,256-token vocabulary (a Llama 3 one), greedy,
+// tempered, and with top-k chains, at draw chunks of 2048 and 512 (the
+// top-k rows' merge then has four times the lists), and logs µs a draw.
+func TestDrawCost(t *testing.T) {
+	if os.Getenv("WEFT_DRAW_COST") == "" {
+		t.Skip("set WEFT_DRAW_COST=1 to time the draws")
+	}
+	gpu := newGPU(t)
+	defer func(c int) { drawChunk = c }(drawChunk)
+	for _, chunk := range []int{2048, 512} {
+		drawChunk = chunk
+		x, err := gpu.Compile(headProgram(t, "Q8_0", 128256, 256, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := x.(*exec)
+		b := &backend.Batch{Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Selected: []int32{0}}
+		out := make([]int32, 1)
+		for _, s := range []backend.Sampling{{}, {Temperature: 0.8}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05},
+			{Temperature: 0.8, TopK: backend.MaxTopK, TopP: 1}} {
+			if err := e.RunSampled(b, []backend.Sampling{s}, out); err != nil {
+				t.Fatal(err)
+			}
+			runtime.LockOSThread()
+			if err := e.be.current(); err != nil {
+				t.Fatal(err)
+			}
+			runtime.UnlockOSThread() // current locks once more
+			const n = 500
+			start := time.Now()
+			for range n {
+				if err := e.launchDraws(1, e.stream); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r := e.be.drv.cuCtxSynchronize(); r != 0 {
+				t.Fatal(e.be.drv.err(r))
+			}
+			runtime.UnlockOSThread()
+			t.Logf("chunk %d, %+v: %.1f µs a draw", chunk, s, float64(time.Since(start).Microseconds())/n)
+		}
+		x.Close()
 	}
 }

@@ -13,7 +13,7 @@
 set -u
 cd "$(dirname "$0")"; D=$PWD
 OUT=${OUT:-/tmp/weft-out}; mkdir -p "$OUT"
-AIDS="TestBenchGGUF|TestSynthBenchModels|TestProfileDecode|TestMMQBench|TestTraceDecode|TestRequantBenchModels|TestStepOverhead"
+AIDS="TestBenchGGUF|TestSynthBenchModels|TestProfileDecode|TestMMQBench|TestTraceDecode|TestRequantBenchModels|TestStepOverhead|TestDrawCost"
 PARTS=("TestNVRTCCompilesKernels" "TestOpsAgainstCPU" "TestExactAgainstCPU|TestKQuantOps")
 part() { # the part's number, then its -test.run or -test.skip flags
   local n=$1; shift
