@@ -104,12 +104,12 @@ __device__ __forceinline__ u64 key_at(const float* l, int i, int hi) {
     return v > NEG_INF ? cand_key(v, i) : 0;
 }
 
-// merge_round merges lists 2q and 2q+1 of src (L ranked lists of
-// DRAW_TOPK keys, 0 past their candidates) into list q of dst, keeping the
-// best DRAW_TOPK, and copies an odd last list; it returns the lists left.
-// A key's rank in the merge is its index plus the keys of the other list
-// above it (keys are distinct but for the 0s, which are not placed).
-__device__ int merge_round(const u64* src, int L, u64* dst) {
+// merge_round merges lists 2q and 2q+1 of src (L ranked lists of k keys
+// at a stride of DRAW_TOPK, 0 past their candidates) into list q of dst,
+// keeping the best k, and copies an odd last list; it returns the lists
+// left. A key's rank in the merge is its index plus the keys of the other
+// list above it (keys are distinct but for the 0s, which are not placed).
+__device__ int merge_round(const u64* src, int L, u64* dst, int k) {
     int pairs = L / 2, left = (L + 1) / 2;
     for (int i = threadIdx.x; i < left * DRAW_TOPK; i += DRAW_THREADS) dst[i] = 0;
     __syncthreads();
@@ -117,28 +117,28 @@ __device__ int merge_round(const u64* src, int L, u64* dst) {
         int q = e / (2 * DRAW_TOPK), side = (e / DRAW_TOPK) & 1, i = e % DRAW_TOPK;
         const u64* a = src + (2 * q + side) * DRAW_TOPK;
         const u64* b = src + (2 * q + 1 - side) * DRAW_TOPK;
-        u64 key = a[i];
+        u64 key = i < k ? a[i] : 0;
         if (key == 0) continue;
         int above = 0; // keys of b above key: a binary search of the ranked list
 #pragma unroll
         for (int step = DRAW_TOPK / 2; step > 0; step >>= 1)
             if (b[above + step - 1] > key) above += step;
         above += b[above] > key;
-        if (i + above < DRAW_TOPK) dst[q * DRAW_TOPK + i + above] = key;
+        if (i + above < k) dst[q * DRAW_TOPK + i + above] = key;
     }
     if (L & 1)
-        for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) dst[pairs * DRAW_TOPK + i] = src[(L - 1) * DRAW_TOPK + i];
+        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[pairs * DRAW_TOPK + i] = src[(L - 1) * DRAW_TOPK + i];
     __syncthreads();
     return left;
 }
 
-// reduce_lists merges L (at most DRAW_LISTS) ranked lists in buf
-// (DRAW_LISTS lists) into one, through spare (half as many), and returns
-// where it is.
-__device__ u64* reduce_lists(u64* buf, int L, u64* spare) {
+// reduce_lists merges L (at most DRAW_LISTS) ranked lists of k keys in
+// buf (DRAW_LISTS lists) into one, through spare (half as many), and
+// returns where it is.
+__device__ u64* reduce_lists(u64* buf, int L, u64* spare, int k) {
     u64 *src = buf, *dst = spare;
     while (L > 1) {
-        L = merge_round(src, L, dst);
+        L = merge_round(src, L, dst, k);
         u64* t = src;
         src = dst, dst = t;
     }
@@ -191,7 +191,7 @@ __device__ void topk_chunk(u64* buf, u64* spare, const float* l, int lo, int hi,
         buf[run * DRAW_TOPK + lane + 32] = x1;
     }
     __syncthreads();
-    const u64* best = reduce_lists(buf, L, spare);
+    const u64* best = reduce_lists(buf, L, spare, k);
     for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[i] = best[i];
 }
 
@@ -200,7 +200,7 @@ __device__ void topk_chunk(u64* buf, u64* spare, const float* l, int lo, int hi,
 // lists at a time merged into one, then with the best so far (run and
 // pair's second half are pair's two lists).
 __device__ void topk_merge(u64* buf, u64* spare, u64* pair, const u64* cb, int chunks, int k) {
-    for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) pair[i] = 0;
+    for (int i = threadIdx.x; i < 2 * DRAW_TOPK; i += DRAW_THREADS) pair[i] = 0; // both lists: 0 past k
     for (int s = 0; s < chunks; s += DRAW_LISTS) {
         int L = min(DRAW_LISTS, chunks - s);
         for (int i = threadIdx.x; i < L * DRAW_TOPK; i += DRAW_THREADS) {
@@ -208,11 +208,11 @@ __device__ void topk_merge(u64* buf, u64* spare, u64* pair, const u64* cb, int c
             buf[i] = j < k ? __ldcg(cb + (u64)s * DRAW_TOPK + i) : 0;
         }
         __syncthreads();
-        const u64* best = reduce_lists(buf, L, spare);
-        for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) pair[DRAW_TOPK + i] = best[i];
+        const u64* best = reduce_lists(buf, L, spare, k);
+        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) pair[DRAW_TOPK + i] = best[i];
         __syncthreads();
-        merge_round(pair, 2, buf);
-        for (int i = threadIdx.x; i < DRAW_TOPK; i += DRAW_THREADS) pair[i] = buf[i];
+        merge_round(pair, 2, buf, k);
+        for (int i = threadIdx.x; i < k; i += DRAW_THREADS) pair[i] = buf[i];
         __syncthreads();
     }
 }
