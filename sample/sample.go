@@ -38,7 +38,11 @@
 // chain — greedy or temperature alone, no bias, penalty or truncation — is
 // drawn that way by Sample too, with the draw count as step (Device,
 // Advance), so its tokens are the same whether the host or a GPU draws
-// them. Any other chain draws by inverse CDF from a PCG stream.
+// them. So is a chain with a top-k of at most MaxDrawTopK (and any top-p
+// and min-p, no bias or penalty, llama.cpp's default chain among them):
+// SampleTopK ranks the k candidates, applies top-p and min-p in rank order
+// with arithmetic a kernel repeats to the bit, and takes the Gumbel-max
+// of those kept. Any other chain draws by inverse CDF from a PCG stream.
 //
 // # Cost
 //
