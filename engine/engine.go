@@ -416,9 +416,9 @@ func (m *Model) Step(seqs []*Sequence, tokens []int32, out []float32) error {
 
 // StepSampled is Step that also chooses each sequence's next token, by
 // the draw s[i] describes (sample.SampleGumbel or sample.SampleTopK), into
-// out[i]. On a backend
-// that can draw on the device (backend.Sampler) no logits reach the host;
-// elsewhere the draw is made here from the logits, with the same result.
+// out[i]. On a backend that can draw on the device (backend.Sampler) no
+// logits reach the host; elsewhere the draw is made here from the logits,
+// with the same result.
 func (m *Model) StepSampled(seqs []*Sequence, tokens []int32, s []backend.Sampling, out []int32) error {
 	if len(out) != len(seqs) {
 		return fmt.Errorf("engine: %d sequences and %d outputs", len(seqs), len(out))
