@@ -315,9 +315,10 @@ type stream struct {
 }
 
 // deviceDraw reports whether the backend may draw this stream's next
-// token where the logits are, and how: a plain sampling chain (greedy or
-// temperature alone) with neither log-probabilities nor a JSON constraint,
-// which need the logits on the host.
+// token where the logits are, and how: a chain that needs only the logits
+// (sample.Sampler.Device: greedy, a temperature alone, or with a top-k of
+// at most 64) with neither log-probabilities nor a JSON constraint, which
+// need the logits on the host.
 func (st *stream) deviceDraw() (backend.Sampling, bool) {
 	d, ok := st.sampler.Device()
 	if !ok || st.json != nil || st.g.Logprobs {
