@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -40,10 +41,11 @@ type benchResult struct {
 // benchSpec is what one bench run measures.
 type benchSpec struct {
 	prompt, gen, repeats, threads, batch int
-	depth                                int    // tokens in the context before each test
-	parallel                             int    // sequences the tg test decodes at once
-	draw                                 bool   // the tg test feeds back greedy draws, pipelined (engine.IssueNext)
-	backend                              string // "cpu", "cuda" or "auto"
+	depth                                int              // tokens in the context before each test
+	parallel                             int              // sequences the tg test decodes at once
+	draw                                 bool             // the tg test feeds back draws, pipelined (engine.IssueNext)
+	chain                                backend.Sampling // what the draws follow (the zero value: greedy)
+	backend                              string           // "cpu", "cuda" or "auto"
 	gpuLayers                            int
 	tensorSplit                          []float64
 	cacheType                            string    // engine.Options.CacheType
@@ -58,7 +60,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.gen, "n", 128, "tokens generated one decode step at a time (0: skip the tg test)")
 	fs.IntVar(&s.depth, "d", 0, "tokens already in the context when each test starts (llama-bench's -d)")
 	fs.IntVar(&s.parallel, "parallel", 1, "sequences the tg test decodes together, one token each a step (tok/s counts them all)")
-	fs.BoolVar(&s.draw, "draw", false, "tg: feed each step's greedy draw back, as generation does (drawn on the device, the next step queued before the host reads the token, where the backend can), instead of random tokens with the logits handed to the host as llama-bench does; the test is named tgN drawn")
+	fs.BoolVar(&s.draw, "draw", false, "tg: feed each step's draw back, as generation does (drawn on the device, the next step queued before the host reads the token, where the backend can), instead of random tokens with the logits handed to the host as llama-bench does; the test is named tgN drawn")
+	temp := fs.Float64("temp", 0, "with --draw: the draws' temperature (0: greedy)")
+	topK := fs.Int("top-k", 0, "with --draw and a temperature: keep the k most probable tokens, at most 64 (0: off)")
+	topP := fs.Float64("top-p", 1, "with --draw and a top-k: keep the most probable tokens up to this probability (1: off)")
+	minP := fs.Float64("min-p", 0, "with --draw and a top-k: drop tokens below this fraction of the best token's probability (0: off)")
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
@@ -89,6 +95,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case s.backend != "cpu" && s.backend != "cuda" && s.backend != "auto":
 		return fmt.Errorf("%w: --backend %q: want cpu, cuda or auto", errUsage, s.backend)
 	}
+	s.chain = backend.Sampling{Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP)}
+	if err := benchChain(s); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	var err error
 	if s.tensorSplit, err = placement.ParseSplit(*tensorSplit); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -110,11 +120,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
 	}
-	fmt.Fprintf(stdout, "| %-28s | %10s | %-10s | %7s | %13s | %18s |\n", "model", "size", "backend", "threads", "test", "t/s")
-	fmt.Fprintf(stdout, "|%s|%s|%s|%s|%s|%s|\n", dashes(30), dashes(12), dashes(12), dashes(9), dashes(15), dashes(20))
+	tw := 13 // the test column, as wide as its longest name
 	for _, r := range results {
-		fmt.Fprintf(stdout, "| %-28s | %6.1f MiB | %-10s | %7d | %13s | %8.2f ± %7.2f |\n",
-			filepath.Base(*model), float64(r.ModelBytes)/(1<<20), r.Backend, r.Threads, r.Test, r.TokPerSec, r.Stddev)
+		tw = max(tw, len(r.Test))
+	}
+	fmt.Fprintf(stdout, "| %-28s | %10s | %-10s | %7s | %*s | %18s |\n", "model", "size", "backend", "threads", tw, "test", "t/s")
+	fmt.Fprintf(stdout, "|%s|%s|%s|%s|%s|%s|\n", dashes(30), dashes(12), dashes(12), dashes(9), dashes(tw+2), dashes(20))
+	for _, r := range results {
+		fmt.Fprintf(stdout, "| %-28s | %6.1f MiB | %-10s | %7d | %*s | %8.2f ± %7.2f |\n",
+			filepath.Base(*model), float64(r.ModelBytes)/(1<<20), r.Backend, r.Threads, tw, r.Test, r.TokPerSec, r.Stddev)
 	}
 	return nil
 }
@@ -213,7 +227,11 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 	}
 	one := []int32{0}
 	toks, all := make([]int32, s.parallel), make([]float32, s.parallel*m.Vocab())
-	greedy := make([]backend.Sampling, s.parallel)
+	draws := make([]backend.Sampling, s.parallel)
+	for i := range draws {
+		draws[i] = s.chain
+		draws[i].Seed = uint64(i + 1)
+	}
 	tg := func(steps int) error {
 		if err := start(); err != nil {
 			return err
@@ -224,7 +242,7 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 			for i := range toks {
 				toks[i] = token()
 			}
-			if err := m.IssueSampled(seqs, toks, greedy); err != nil {
+			if err := m.IssueSampled(seqs, toks, draws); err != nil {
 				return err
 			}
 			for range steps - 1 {
@@ -298,13 +316,49 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 			name = fmt.Sprintf("tg%d x%d%s", s.gen, s.parallel, at)
 		}
 		if s.draw {
-			name = strings.Replace(name, fmt.Sprintf("tg%d", s.gen), fmt.Sprintf("tg%d drawn", s.gen), 1)
+			name = strings.Replace(name, fmt.Sprintf("tg%d", s.gen), fmt.Sprintf("tg%d drawn%s", s.gen, chainName(s.chain)), 1)
 		}
 		if err := measure(name, s.gen*s.parallel, func() error { return tg(min(s.gen, 4)) }, func() error { return tg(s.gen) }); err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", path, name, err)
 		}
 	}
 	return out, nil
+}
+
+// benchChain checks the draws' chain of a bench: set only with --draw,
+// and one the backend can draw from the logits alone (a top-p or min-p
+// without a top-k takes generation's logits to the host).
+func benchChain(s benchSpec) error {
+	c := s.chain
+	switch {
+	case !s.draw && c != (backend.Sampling{TopP: 1}):
+		return errors.New("--temp, --top-k, --top-p and --min-p choose the draws of --draw")
+	case c.Temperature > 0 && c.TopK == 0 && (c.TopP != 1 || c.MinP != 0):
+		return errors.New("a top-p or min-p without a top-k is drawn on the host, where --draw does not time it: give a --top-k of at most 64")
+	}
+	if err := c.Check(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// chainName is the suffix of a drawn test's name: the chain, if not
+// greedy.
+func chainName(c backend.Sampling) string {
+	if c.Temperature == 0 {
+		return ""
+	}
+	name := fmt.Sprintf(" T%g", c.Temperature)
+	if c.TopK > 0 {
+		name += fmt.Sprintf(" k%d", c.TopK)
+		if c.TopP < 1 {
+			name += fmt.Sprintf(" p%g", c.TopP)
+		}
+		if c.MinP > 0 {
+			name += fmt.Sprintf(" m%g", c.MinP)
+		}
+	}
+	return name
 }
 
 // meanStddev returns the mean and the sample standard deviation (0 for a

@@ -69,7 +69,22 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("drawn: %v, tests %+v", err, res)
 	}
 
+	// The same with llama.cpp's sampling chain.
+	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-p", "0", "-n", "6", "-r", "1", "--draw", "--temp", "0.8", "--top-k", "40",
+		"--top-p", "0.95", "--min-p", "0.05", "--json")
+	if code != 0 {
+		t.Fatalf("drawn, top-k: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || len(res) != 1 || res[0].Test != "tg6 drawn T0.8 k40 p0.95 m0.05" || !(res[0].TokPerSec > 0) {
+		t.Fatalf("drawn, top-k: %v, tests %+v", err, res)
+	}
+
 	for _, bad := range [][]string{
+		{"bench", "-m", model, "--temp", "0.8"},                             // a chain without --draw
+		{"bench", "-m", model, "--draw", "--temp", "0.8", "--top-p", "0.9"}, // top-p without top-k: the host's
+		{"bench", "-m", model, "--draw", "--temp", "0.8", "--top-k", "65"},  // past the device's top-k
+		{"bench", "-m", model, "--draw", "--temp", "-1"},
+		{"bench", "-m", model, "--draw", "--temp", "1", "--top-k", "5", "--min-p", "2"},
 		{"bench"},
 		{"bench", "-m", model, "--parallel", "0"},
 		{"bench", "-m", model, "--cache-type", "f8"},
