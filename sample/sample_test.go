@@ -483,7 +483,14 @@ func refOrder(l []float32) []int32 {
 	for i := range order {
 		order[i] = int32(i)
 	}
-	slices.SortStableFunc(order, func(a, b int32) int {
+	sortByLogit(l, order)
+	return order
+}
+
+// sortByLogit sorts ids by their logits in l, the largest first, ties
+// kept in the order given (stable).
+func sortByLogit(l []float32, ids []int32) {
+	slices.SortStableFunc(ids, func(a, b int32) int {
 		switch {
 		case l[a] > l[b]:
 			return -1
@@ -492,7 +499,6 @@ func refOrder(l []float32) []int32 {
 		}
 		return 0
 	})
-	return order
 }
 
 // randLogits returns n normal logits of standard deviation sd.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 )
 
@@ -20,15 +19,7 @@ func refTopK(l []float32, temp float32, k int, topP, minP float32, seed, step ui
 	if len(order) == 0 {
 		return -1
 	}
-	slices.SortStableFunc(order, func(a, b int32) int { // stable: ties keep the lower id first
-		switch {
-		case l[a] > l[b]:
-			return -1
-		case l[a] < l[b]:
-			return 1
-		}
-		return 0
-	})
+	sortByLogit(l, order) // ids ascending, so ties keep the lower id first
 	order = order[:min(k, len(order))]
 	invT := 1 / float64(temp)
 	p := make([]float32, len(order))
