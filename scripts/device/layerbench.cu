@@ -45,10 +45,7 @@
 #include <cuda_runtime.h>
 #endif
 
-typedef unsigned char u8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
+#include "q4dev.cuh"
 
 #define THREADS 256
 #define WARPS (THREADS / 32)
@@ -58,37 +55,7 @@ typedef unsigned long long u64;
 #define PERSIST_MINB 3 // blocks a multiprocessor the persistent kernel is compiled for
 #endif
 
-__device__ __forceinline__ float h2f(u16 h) { float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ int dp4a(int a, int b, int c) { int d; asm("{ dp4a.s32.s32 %0, %1, %2, %3; }" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d; }
-__device__ __forceinline__ u32 nib_lo(u32 v) { return ((v & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
-__device__ __forceinline__ u32 nib_hi(u32 v) { return (((v >> 4) & 0x0f0f0f0fu) + 0x78787878u) ^ 0x80808080u; }
-__device__ __forceinline__ float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
-__device__ __forceinline__ float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
-__device__ __forceinline__ uint4 ldw(const u8* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 
-__device__ __forceinline__ int q4dot(uint4 q, const int4* x) {
-    int4 x0 = x[0], x1 = x[1];
-    int dot = dp4a((int)nib_lo(q.x), x0.x, 0);
-    dot = dp4a((int)nib_lo(q.y), x0.y, dot);
-    dot = dp4a((int)nib_lo(q.z), x0.z, dot);
-    dot = dp4a((int)nib_lo(q.w), x0.w, dot);
-    dot = dp4a((int)nib_hi(q.x), x1.x, dot);
-    dot = dp4a((int)nib_hi(q.y), x1.y, dot);
-    dot = dp4a((int)nib_hi(q.z), x1.z, dot);
-    dot = dp4a((int)nib_hi(q.w), x1.w, dot);
-    return dot;
-}
 
 // A layer's weights: Q4_0 matrices as [rows][K/2] quant bytes followed by
 // [rows][K/32] f16 scales; norm weights; the layer's key/value cache
@@ -214,8 +181,33 @@ __device__ void stage(Smem& sm, const signed char* qa, const float* da, int K) {
     __syncthreads();
 }
 
-// A product tile: each warp RPW rows of K = 1024·CPL columns, a lane the
-// chunks lane, lane+32, ...; its items (row, chunk) in batches of 4 loads.
+// item_dots sums each of a warp's RPW rows of K = 1024·CPL columns, a
+// lane taking the chunks lane, lane+32, ...: item f is row f / CPL, chunk
+// lane + 32·(f % CPL), and load(q, d, f0) fills items f0..f0+3's weights
+// and scales, 4 loads in flight a lane; early: the caller loaded the first
+// batch (before a dependency wait).
+template <int RPW, int CPL, class Load>
+__device__ __forceinline__ void item_dots(float (&acc)[RPW], const Smem& sm, uint4 (&q)[4], float (&d)[4], bool early, Load load) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < RPW; i++) acc[i] = 0.f;
+#pragma unroll
+    for (int b = 0; b < RPW * CPL; b += 4) {
+        if (b > 0 || !early) load(q, d, b);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int f = b + u;
+            if (f < RPW * CPL) {
+                int c = lane + 32 * (f % CPL);
+                acc[f / CPL] += d[u] * sm.da[c] * (float)q4dot(q[u], (const int4*)(sm.qa + c * 32));
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RPW; i++) acc[i] = warp_sum(acc[i]);
+}
+
+// A product tile's items from global memory, its first batch loaded early.
 template <int RPW, int CPL>
 struct Items {
     uint4 q[4];
@@ -235,23 +227,7 @@ struct Items {
     }
     template <class RowOf>
     __device__ __forceinline__ void dots(float (&acc)[RPW], const Smem& sm, const u8* w, int N, RowOf rowOf) {
-        const int lane = threadIdx.x & 31;
-#pragma unroll
-        for (int i = 0; i < RPW; i++) acc[i] = 0.f;
-#pragma unroll
-        for (int b = 0; b < RPW * CPL; b += 4) {
-            if (b > 0) load(w, N, rowOf, b);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int f = b + u;
-                if (f < RPW * CPL) {
-                    int c = lane + 32 * (f % CPL);
-                    acc[f / CPL] += d[u] * sm.da[c] * (float)q4dot(q[u], (const int4*)(sm.qa + c * 32));
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < RPW; i++) acc[i] = warp_sum(acc[i]);
+        item_dots<RPW, CPL>(acc, sm, q, d, true, [&](uint4(&)[4], float(&)[4], int f0) { load(w, N, rowOf, f0); });
     }
 };
 
@@ -415,21 +391,6 @@ __global__ void __launch_bounds__(THREADS, PERSIST_MINB) persist(Params p) {
 // ring in order, so the k-th weighted tile of a block has slot k mod
 // NSLOT and that slot's barrier parity (k / NSLOT) & 1.
 #define NSLOT 16
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(u64* b, int n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n)); }
-__device__ __forceinline__ void mbar_expect(u64* b, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* b) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(b))
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u64* b, u32 parity) {
-    asm volatile(
-        "{ .reg .pred p; W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra W; }" ::"r"(smem_addr(b)), "r"(parity)
-        : "memory");
-}
 
 // A block's walk over its tiles in the persistent order.
 struct Cursor {
@@ -511,33 +472,20 @@ template <int RPW, int CPL>
 __device__ __forceinline__ void sdots(float (&acc)[RPW], const Smem& sm, const u8* base, int R, int (&lrow)[RPW], int (&half)[RPW]) {
     const int K = CPL * 1024, lane = threadIdx.x & 31;
     const u32 hb = (u32)R * K * 9 / 16;
-#pragma unroll
-    for (int i = 0; i < RPW; i++) acc[i] = 0.f;
-#pragma unroll
-    for (int b = 0; b < RPW * CPL; b += 4) {
-        uint4 q[4];
-        float d[4];
+    uint4 q[4];
+    float d[4];
+    item_dots<RPW, CPL>(acc, sm, q, d, false, [&](uint4 (&qq)[4], float (&dd)[4], int f0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            int f = b + u;
+            int f = f0 + u;
             if (f < RPW * CPL) {
                 int i = f / CPL, c = lane + 32 * (f % CPL);
                 const u8* hbase = base + half[i] * hb;
-                q[u] = *(const uint4*)(hbase + (u32)lrow[i] * K / 2 + c * 16);
-                d[u] = h2f(*(const u16*)(hbase + (u32)R * K / 2 + ((u32)lrow[i] * (K / 32) + c) * 2));
+                qq[u] = *(const uint4*)(hbase + (u32)lrow[i] * K / 2 + c * 16);
+                dd[u] = h2f(*(const u16*)(hbase + (u32)R * K / 2 + ((u32)lrow[i] * (K / 32) + c) * 2));
             }
         }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int f = b + u;
-            if (f < RPW * CPL) {
-                int c = lane + 32 * (f % CPL);
-                acc[f / CPL] += d[u] * sm.da[c] * (float)q4dot(q[u], (const int4*)(sm.qa + c * 32));
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < RPW; i++) acc[i] = warp_sum(acc[i]);
+    });
 }
 
 template <int CD, int CF>
