@@ -248,20 +248,11 @@ __device__ void rows_tile(const Params& p, Smem& sm, int l, int op, int t, const
     done(p, l, op, t);
 }
 
-// A GLU tile: 32 outputs, 4 a warp (their gate rows, then their up rows),
-// silu(gate)·up quantized as one block of 32.
-template <int CPL>
-__device__ void glu_tile(const Params& p, Smem& sm, int l, int t) {
-    const Layer& L = p.layers[l];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j0 = t * 32 + warp * 4, F = p.F;
-    auto rowOf = [j0, F](int i) { return i < 4 ? j0 + i : F + j0 + i - 4; };
-    Items<8, CPL> it;
-    it.load(L.gu, 2 * F, rowOf, 0);
-    dep(p, l, OP_GLU, t);
-    if (p.fold) norm_q8(p.x, L.fn, CPL * 1024, sm.qa, sm.da, sm.red);
-    else stage(sm, p.qa, p.da, CPL * 1024);
-    float acc[8];
-    it.dots(acc, sm, L.gu, 2 * F, rowOf);
+// glu_out writes GLU tile t's 32 outputs, silu(gate)·up from each warp's
+// sums (its 4 gate rows, then its 4 up rows), as one block of int8 levels
+// and its scale.
+__device__ void glu_out(const Params& p, Smem& sm, int t, const float (&acc)[8]) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0)
         for (int i = 0; i < 4; i++) sm.s[warp * 4 + i] = acc[i] / (1.f + __expf(-acc[i])) * acc[4 + i];
     __syncthreads();
@@ -270,6 +261,23 @@ __device__ void glu_tile(const Params& p, Smem& sm, int l, int t) {
         p.qh[t * 32 + lane] = (signed char)__float2int_rn(d > 0.f ? v / d : 0.f);
         if (lane == 0) p.dah[t] = d;
     }
+}
+
+// A GLU tile: 32 outputs, 4 a warp (their gate rows, then their up rows),
+// silu(gate)·up quantized as one block of 32.
+template <int CPL>
+__device__ void glu_tile(const Params& p, Smem& sm, int l, int t) {
+    const Layer& L = p.layers[l];
+    int j0 = t * 32 + (threadIdx.x >> 5) * 4, F = p.F;
+    auto rowOf = [j0, F](int i) { return i < 4 ? j0 + i : F + j0 + i - 4; };
+    Items<8, CPL> it;
+    it.load(L.gu, 2 * F, rowOf, 0);
+    dep(p, l, OP_GLU, t);
+    if (p.fold) norm_q8(p.x, L.fn, CPL * 1024, sm.qa, sm.da, sm.red);
+    else stage(sm, p.qa, p.da, CPL * 1024);
+    float acc[8];
+    it.dots(acc, sm, L.gu, 2 * F, rowOf);
+    glu_out(p, sm, t, acc);
     done(p, l, OP_GLU, t);
 }
 
@@ -519,14 +527,7 @@ __device__ void stream_tile(const Params& p, Smem& sm, Ring& rg, u8* ring, u32 c
 #pragma unroll
         for (int i = 0; i < 8; i++) lrow[i] = warp * 4 + (i & 3), half[i] = i >> 2;
         sdots<8, CD>(acc, sm, base, 32, lrow, half);
-        if (lane == 0)
-            for (int i = 0; i < 4; i++) sm.s[warp * 4 + i] = acc[i] / (1.f + __expf(-acc[i])) * acc[4 + i];
-        __syncthreads();
-        if (warp == 0) {
-            float v = sm.s[lane], m = warp_max(fabsf(v)), d = m / 127.f;
-            p.qh[t * 32 + lane] = (signed char)__float2int_rn(d > 0.f ? v / d : 0.f);
-            if (lane == 0) p.dah[t] = d;
-        }
+        glu_out(p, sm, t, acc);
     } else {
         float acc[1];
         int lrow[1] = {warp}, half[1] = {0};
