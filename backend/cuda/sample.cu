@@ -8,10 +8,11 @@
 // drawn. One launch: a block takes the best of one vocabulary chunk, the
 // last block of a row the best of the row's chunks. A row with a top-k
 // draws as sample.SampleTopK: a block ranks its chunk's best k (runs of 64
-// sorted by its warps, then merged pairwise), the last block of the row merges the
-// chunks' lists into the row's best k,
-// then computes their probabilities, top-p and min-p in SampleTopK's
-// order and arithmetic, and draws among those kept.
+// sorted by its warps, then merged pairwise), the last block of each group
+// of DRAW_GROUP chunks merges the group's lists, and the last block of the
+// row merges the groups' into the row's best k, then computes their
+// probabilities, top-p and min-p in SampleTopK's order and arithmetic, and
+// draws among those kept.
 
 #define GUMBEL_GAMMA 0x9e3779b97f4a7c15ULL
 #define DRAW_THREADS 256
@@ -51,6 +52,7 @@ __device__ void block_best(float* s, int* id) {
 
 #define DRAW_TOPK 64  // backend.MaxTopK; also the length of the ranked lists below
 #define DRAW_LISTS 32 // lists a block merges at once (16 KiB); a chunk is at most DRAW_LISTS * DRAW_TOPK tokens
+#define DRAW_GROUP 8  // chunks whose lists the last of them merges, before the row's last block merges the groups'
 
 // cand_key orders finite logits as SampleTopK ranks them, the larger first
 // and then the lower id, as one unsigned key (0 is no candidate). -0 and
@@ -195,17 +197,17 @@ __device__ void topk_chunk(u64* buf, u64* spare, const float* l, int lo, int hi,
     for (int i = threadIdx.x; i < k; i += DRAW_THREADS) dst[i] = best[i];
 }
 
-// topk_merge leaves in run[0, k) the best k of the chunks' candidates
-// (chunks lists of k at a stride of DRAW_TOPK in cb), ranked: DRAW_LISTS
-// lists at a time merged into one, then with the best so far (run and
-// pair's second half are pair's two lists).
-__device__ void topk_merge(u64* buf, u64* spare, u64* pair, const u64* cb, int chunks, int k) {
+// topk_merge leaves in pair[0, k) the best k of n ranked lists of k keys
+// (list j at cb + j·stride·DRAW_TOPK), ranked: DRAW_LISTS lists at a time
+// merged into one, then with the best so far (pair's first list; the
+// batch's best is its second).
+__device__ void topk_merge(u64* buf, u64* spare, u64* pair, const u64* cb, int n, int stride, int k) {
     for (int i = threadIdx.x; i < 2 * DRAW_TOPK; i += DRAW_THREADS) pair[i] = 0; // both lists: 0 past k
-    for (int s = 0; s < chunks; s += DRAW_LISTS) {
-        int L = min(DRAW_LISTS, chunks - s);
+    for (int s = 0; s < n; s += DRAW_LISTS) {
+        int L = min(DRAW_LISTS, n - s);
         for (int i = threadIdx.x; i < L * DRAW_TOPK; i += DRAW_THREADS) {
-            int j = i % DRAW_TOPK;
-            buf[i] = j < k ? __ldcg(cb + (u64)s * DRAW_TOPK + i) : 0;
+            int c = i / DRAW_TOPK, j = i % DRAW_TOPK;
+            buf[i] = j < k ? __ldcg(cb + ((u64)(s + c) * stride) * DRAW_TOPK + j) : 0;
         }
         __syncthreads();
         const u64* best = reduce_lists(buf, L, spare, k);
@@ -264,10 +266,12 @@ __device__ void topk_draw(const u64* keys, const float* l, int k, float t, float
 // part[r*chunks + c] (float score, int id); temp, seed and step are row
 // r's draw. A row with a top-k (topk[r] > 0 and temp[r] > 0) instead
 // keeps the chunk's best topk[r] logits in cands[(r*chunks + c)*DRAW_TOPK]
-// (chunk must be at most DRAW_LISTS * DRAW_TOPK). The last of row r's blocks to finish
-// (counted in done[r], which it leaves at 0 again) takes the best of the
-// row's chunks, in chunk order (a top-k row: SampleTopK's draw among the
-// chunks' candidates), into out[r] (-1 when every logit was NaN or -Inf),
+// (chunk must be at most DRAW_LISTS * DRAW_TOPK); the last of a group's
+// blocks (counted in groups[r*ngroups + g]) merges the group's lists into
+// its first chunk's. The last of row r's blocks to finish (counted in
+// done[r], chunks or a top-k row's groups; left at 0 again) takes the best
+// of the row's chunks, in chunk order (a top-k row: SampleTopK's draw
+// among the groups' candidates), into out[r] (-1 when every logit was NaN or -Inf),
 // and where host is set (page-locked host memory mapped for the device)
 // into host[2r + step & 1] as well, so that no copy need follow: two
 // steps in flight keep their draws apart. It also readies
@@ -278,7 +282,7 @@ __device__ void topk_draw(const u64* keys, const float* l, int k, float t, float
 // host again, so for them these writes are dead.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u64* cands, const float* logits,
         const float* temp, const int* topk, const float* topp, const float* minp, const u64* seed, u64* step,
-        const int* meta, int vocab, int chunk, int* out, unsigned* done, int* tokens, int* pos, int* host) {
+        const int* meta, int vocab, int chunk, int* out, unsigned* done, unsigned* groups, int* tokens, int* pos, int* host) {
     __shared__ u64 buf[DRAW_LISTS * DRAW_TOPK], spare[DRAW_LISTS / 2 * DRAW_TOPK], pair[2 * DRAW_TOPK];
     int r = blockIdx.y;
     if (r >= meta[1]) return;
@@ -288,10 +292,30 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
     u64 stp = step[r];
     u64 skey = mix64(mix64(seed[r] + GUMBEL_GAMMA) + (stp + 1) * GUMBEL_GAMMA);
     int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab), chunks = gridDim.x;
+    int ngroups = (chunks + DRAW_GROUP - 1) / DRAW_GROUP;
     u64* cb = cands + (u64)r * chunks * DRAW_TOPK;
     if (k > 0) {
         topk_chunk(buf, spare, l, lo, hi, k, cb + (u64)blockIdx.x * DRAW_TOPK);
         __threadfence(); // this thread's candidates are visible before the count says so
+        __syncthreads();
+        // The last of a group's chunks to finish (counted in groups, left
+        // at 0 again) merges the group's lists into the group's first
+        // list; the row then counts groups, not chunks.
+        int g = blockIdx.x / DRAW_GROUP, g0 = g * DRAW_GROUP, n = min(DRAW_GROUP, chunks - g0);
+        __shared__ bool glast;
+        if (threadIdx.x == 0) glast = atomicAdd(&groups[(u64)r * ngroups + g], 1u) == (unsigned)n - 1;
+        __syncthreads();
+        if (!glast) return;
+        __threadfence();
+        if (n > 1) {
+            for (int i = threadIdx.x; i < n * DRAW_TOPK; i += DRAW_THREADS)
+                buf[i] = i % DRAW_TOPK < k ? __ldcg(cb + (u64)g0 * DRAW_TOPK + i) : 0;
+            __syncthreads();
+            const u64* best = reduce_lists(buf, n, spare, k);
+            for (int i = threadIdx.x; i < k; i += DRAW_THREADS) cb[(u64)g0 * DRAW_TOPK + i] = best[i];
+            __threadfence();
+        }
+        if (threadIdx.x == 0) groups[(u64)r * ngroups + g] = 0;
         __syncthreads();
     } else {
         float best = NEG_INF;
@@ -309,14 +333,14 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
         }
     }
     __shared__ bool last;
-    if (threadIdx.x == 0) last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
+    if (threadIdx.x == 0) last = atomicAdd(&done[r], 1u) == (unsigned)(k > 0 ? ngroups : chunks) - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
     float best = NEG_INF;
     int id = -1;
     if (k > 0) {
-        topk_merge(buf, spare, pair, cb, chunks, k);
+        topk_merge(buf, spare, pair, cb, ngroups, DRAW_GROUP, k);
         topk_draw(pair, l, k, t, topp[r], minp[r], skey, &best, &id);
     } else {
         for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) {

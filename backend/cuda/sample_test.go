@@ -337,15 +337,15 @@ func TestTopKDraws(t *testing.T) {
 // TestDrawCost times the draw kernel alone, a measuring aid that checks
 // nothing: with WEFT_DRAW_COST=1 it launches the draws back to back on
 // one row of a 128,256-token vocabulary (a Llama 3 one), greedy,
-// tempered, and with top-k chains, at draw chunks of 2048 and 512 (the
-// top-k rows' merge then has four times the lists), and logs µs a draw.
+// tempered, and with top-k chains, at draw chunks of 512 (the default)
+// and 2048, and logs µs a draw.
 func TestDrawCost(t *testing.T) {
 	if os.Getenv("WEFT_DRAW_COST") == "" {
 		t.Skip("set WEFT_DRAW_COST=1 to time the draws")
 	}
 	gpu := newGPU(t)
 	defer func(c int) { drawChunk = c }(drawChunk)
-	for _, chunk := range []int{2048, 512} {
+	for _, chunk := range []int{512, 2048} {
 		drawChunk = chunk
 		x, err := gpu.Compile(headProgram(t, "Q8_0", 128256, 256, 0))
 		if err != nil {
