@@ -202,7 +202,8 @@ func TestLayerOf(t *testing.T) {
 
 // TestDeviceDraws: requests whose sampling a device can do (greedy, a
 // temperature alone, or with a top-k of at most 64 and any top-p and
-// min-p) are drawn there, and give the same tokens as on the CPU for the
+// min-p, or with top-p or min-p and no top-k) are drawn there, and give
+// the same tokens as on the CPU for the
 // same seed, alone or batched with requests that need the logits on the
 // host (a repeat penalty, log-probabilities).
 func TestDeviceDraws(t *testing.T) {
@@ -210,9 +211,11 @@ func TestDeviceDraws(t *testing.T) {
 	plain := []GenerateOption{WithTemperature(0.9), WithTopK(0), WithTopP(1), WithMinP(0), WithSeed(11), WithMaxTokens(48)}
 	topk := []GenerateOption{WithTemperature(0.8), WithTopK(40), WithTopP(0.95), WithMinP(0.05), WithSeed(13), WithMaxTokens(48)}
 	chain := []GenerateOption{WithTemperature(0.9), WithTopK(20), WithTopP(0.9), WithRepeatPenalty(1.1), WithSeed(12), WithMaxTokens(48)}
+	nucleus := []GenerateOption{WithTemperature(1), WithTopK(0), WithTopP(0.9), WithMinP(0.02), WithSeed(14), WithMaxTokens(48)}
 	cpuModel := loadStories(t, WithParallel(2))
 	_, wantPlain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", plain...))
 	_, wantTopK, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", topk...))
+	_, wantNucleus, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", nucleus...))
 	_, wantChain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", chain...))
 
 	f := &fakeGPUs{devs: []placement.Device{{Index: 0, Name: "fake", FreeBytes: 80 << 30}}, drawing: true}
@@ -243,6 +246,12 @@ func TestDeviceDraws(t *testing.T) {
 	same("top-k, top-p, min-p alone", got, wantTopK)
 	if f.draws() == before {
 		t.Error("a top-k request was not drawn on the device")
+	}
+	before = f.draws()
+	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", nucleus...))
+	same("top-p, min-p alone", got, wantNucleus)
+	if f.draws() == before {
+		t.Error("a top-p request was not drawn on the device")
 	}
 	before = f.draws()
 	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", chain...))
@@ -549,6 +558,7 @@ func TestPipelinedGeneration(t *testing.T) {
 		{"hot", "Lily", []GenerateOption{WithTemperature(1.6), WithSeed(11), WithMaxTokens(50)}},
 		{"top-k, top-p, min-p", "Once upon a time", []GenerateOption{WithTemperature(0.8), WithTopK(40), WithTopP(0.95), WithMinP(0.05),
 			WithSeed(7), WithMaxTokens(40)}},
+		{"top-p alone", "Once upon a time", []GenerateOption{WithTemperature(1), WithTopK(0), WithTopP(0.9), WithSeed(8), WithMaxTokens(40)}},
 	}
 	want := make([]result, len(cases))
 	for i, c := range cases {

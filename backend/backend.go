@@ -253,16 +253,24 @@ type Viewer interface {
 // Sampling is how a device chooses one row's next token: the Gumbel-max
 // draw sample.SampleGumbel(logits, Temperature, Seed, Step) — the argmax
 // when Temperature is 0 — or, when TopK is set and Temperature is not 0,
-// sample.SampleTopK(logits, Temperature, TopK, TopP, MinP, Seed, Step).
+// sample.SampleTopK(logits, Temperature, TopK, TopP, MinP, Seed, Step),
+// or, with no TopK but a top-p or a min-p (Nucleus) and a Temperature,
+// sample.SampleNucleus(logits, Temperature, TopP, MinP, Seed, Step) (a
+// TopP of 0 read as 1).
 type Sampling struct {
 	Temperature float32
 	TopK        int     // 0, or 1 to MaxTopK
-	TopP, MinP  float32 // with TopK: top-p in (0, 1] (1 is off), min-p in [0, 1] (0 is off)
+	TopP, MinP  float32 // top-p in [0, 1] (0 and 1 are off; with a TopK, in (0, 1]), min-p in [0, 1] (0 is off)
 	Seed, Step  uint64
 }
 
 // MaxTopK is the largest Sampling.TopK (sample.MaxDrawTopK).
 const MaxTopK = 64
+
+// Nucleus reports whether s is a sample.SampleNucleus draw.
+func (s Sampling) Nucleus() bool {
+	return s.Temperature > 0 && s.TopK == 0 && (s.TopP > 0 && s.TopP < 1 || s.MinP > 0)
+}
 
 // Check reports a Sampling no draw can follow.
 func (s Sampling) Check() error {
@@ -273,7 +281,9 @@ func (s Sampling) Check() error {
 		return fmt.Errorf("top-k %d outside [0, %d]", s.TopK, MaxTopK)
 	case s.TopK > 0 && !(s.TopP > 0 && s.TopP <= 1):
 		return fmt.Errorf("top-p %v outside (0, 1]", s.TopP)
-	case s.TopK > 0 && !(s.MinP >= 0 && s.MinP <= 1):
+	case !(s.TopP >= 0 && s.TopP <= 1):
+		return fmt.Errorf("top-p %v outside [0, 1]", s.TopP)
+	case !(s.MinP >= 0 && s.MinP <= 1):
 		return fmt.Errorf("min-p %v outside [0, 1]", s.MinP)
 	}
 	return nil

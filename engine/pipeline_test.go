@@ -58,11 +58,12 @@ func prefilled(t *testing.T, m *Model, prompts [][]int32) ([]*Sequence, []int32)
 // a step runs only when its draws are waited for); and the slots' caches
 // are then known to hold the tokens fed, for a later prompt to keep.
 func TestPipelinedDecode(t *testing.T) {
-	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}}
-	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: 7}, {Temperature: 1.5, Seed: 9, Step: 3}}
+	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}, {60, 61}}
+	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: 7}, {Temperature: 1.5, Seed: 9, Step: 3},
+		{Temperature: 0.9, TopP: 0.8, MinP: 0.02, Seed: 5}}
 	const steps = 9
 	start := func(m *Model) ([]*Sequence, []int32) { return prefilled(t, m, prompts) }
-	ref := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 3, MaxBatch: 8})
+	ref := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 4, MaxBatch: 8})
 	seqs, toks := start(ref)
 	first := slices.Clone(toks)
 	var want [][]int32
@@ -83,7 +84,7 @@ func TestPipelinedDecode(t *testing.T) {
 		pipelined bool
 	}{{"cpu", cpu.New(2), false}, {"queued", pipelining, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			m := loadOn(t, "llama3-tiny", c.be, Options{Context: 64, Slots: 3, MaxBatch: 8})
+			m := loadOn(t, "llama3-tiny", c.be, Options{Context: 64, Slots: 4, MaxBatch: 8})
 			if m.Pipelined() != c.pipelined {
 				t.Fatalf("Pipelined() = %v", m.Pipelined())
 			}

@@ -13,12 +13,13 @@ import (
 )
 
 // TestStepSampled: StepSampled's tokens are Step's logits drawn by
-// SampleGumbel (SampleTopK for a top-k), whether the host draws (the CPU
+// SampleGumbel (SampleTopK for a top-k, SampleNucleus for a top-p alone),
+// whether the host draws (the CPU
 // backend) or the backend does (a backend.Sampler).
 func TestStepSampled(t *testing.T) {
-	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}, {40, 41}}
+	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}, {40, 41}, {9, 10, 11}}
 	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, Seed: 7}, {Temperature: 1.5, Seed: 9},
-		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: 11}}
+		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: 11}, {Temperature: 1, TopP: 0.9, Seed: 13}}
 	run := func(m *Model, sampled bool) [][]int32 {
 		seqs, toks := prefilled(t, m, prompts)
 		for _, s := range seqs {

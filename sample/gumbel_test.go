@@ -137,8 +137,9 @@ func TestGumbelMatchesCUDA(t *testing.T) {
 
 // TestDeviceDraws: a plain chain reports Device parameters, draws exactly
 // as SampleGumbel with the draw count as step, and Advance skips a draw
-// made elsewhere; so does a top-k chain, as SampleTopK; any bias, penalty,
-// or truncation without a top-k of at most MaxDrawTopK makes it host-only.
+// made elsewhere; so does a top-k chain, as SampleTopK, and a top-p or
+// min-p chain without a top-k, as SampleNucleus; any bias or penalty, or a
+// top-k above MaxDrawTopK, makes it host-only.
 func TestDeviceDraws(t *testing.T) {
 	l := make([]float32, 300)
 	for i := range l {
@@ -147,6 +148,8 @@ func TestDeviceDraws(t *testing.T) {
 	for _, p := range []Params{
 		{Temperature: 0}, {Temperature: 0.7}, {Temperature: 1.5},
 		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05}, {Temperature: 1.2, TopK: MaxDrawTopK}, {Temperature: 0.5, TopK: 1},
+		{Temperature: 1, TopP: 0.9}, {Temperature: 0.8, MinP: 0.05}, {Temperature: 0.7, TopP: 0.5, MinP: 0.1},
+		{Temperature: 1, TopK: 1000, TopP: 0.9},
 	} {
 		p.Seed = 42
 		s, err := New(p, len(l))
@@ -156,7 +159,7 @@ func TestDeviceDraws(t *testing.T) {
 		for step := range uint64(20) {
 			d, ok := s.Device()
 			want := Draw{Temperature: p.Temperature, Seed: 42, Step: step}
-			if pe := s.Params(); p.TopK > 0 && p.Temperature > 0 {
+			if pe := s.Params(); pe.Temperature > 0 && (pe.TopK > 0 || pe.TopP < 1 || pe.MinP > 0) {
 				want.TopK, want.TopP, want.MinP = pe.TopK, pe.TopP, pe.MinP
 			}
 			if !ok || d != want {
@@ -180,8 +183,8 @@ func TestDeviceDraws(t *testing.T) {
 		}
 	}
 	for _, p := range []Params{
-		{Temperature: 1, TopK: MaxDrawTopK + 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, MinP: 0.05},
-		{Temperature: 1, RepeatPenalty: 1.1}, {Temperature: 0, PresencePenalty: 0.5}, {Temperature: 1, LogitBias: map[int32]float32{3: 1}},
+		{Temperature: 1, TopK: MaxDrawTopK + 1}, {Temperature: 1, TopK: MaxDrawTopK + 1, TopP: 0.9}, {Temperature: 1, TopP: 0.9, RepeatPenalty: 1.1},
+		{Temperature: 1, MinP: 0.05, LogitBias: map[int32]float32{3: 1}}, {Temperature: 1, RepeatPenalty: 1.1}, {Temperature: 0, PresencePenalty: 0.5}, {Temperature: 1, LogitBias: map[int32]float32{3: 1}},
 		{Temperature: 1, TopK: 40, RepeatPenalty: 1.1},
 	} {
 		s, err := New(p, len(l))

@@ -42,17 +42,24 @@
 // and min-p, no bias or penalty, llama.cpp's default chain among them):
 // SampleTopK ranks the k candidates, applies top-p and min-p in rank order
 // with arithmetic a kernel repeats to the bit, and takes the Gumbel-max
-// of those kept. Any other chain draws by inverse CDF from a PCG stream.
+// of those kept. So is a chain with top-p or min-p and no top-k (the
+// OpenAI API's usual request): SampleNucleus counts top-p's mass in exact
+// integers, finds its cut by a radix selection on the logits' bits, and
+// takes the Gumbel-max of those kept. Any other chain (a top-k above
+// MaxDrawTopK with a truncation, or a bias or penalty with one) draws by
+// inverse CDF from a PCG stream.
 //
 // # Cost
 //
 // Nothing is allocated per token: buffers are sized to the vocabulary in
 // New. Nothing sorts the vocabulary either. Top-k keeps a heap of K
-// candidates in one pass over the logits. Top-p builds a histogram of the
-// probability mass during the softmax (eight buckets per power of two),
-// which places its boundary within one bucket; one pass drops what lies
-// below, and a quickselect on mass ranks only that bucket's tokens. The
-// softmax's exp is a float32-accurate polynomial, not math.Exp.
+// candidates in one pass over the logits. SampleNucleus reads the logits
+// five times (the largest, three digits of the cut, the draw) with an exp
+// per finite token in the first digit's pass and few in the others. On the inverse-CDF path top-p builds a histogram
+// of the probability mass during the softmax (eight buckets per power of
+// two), which places its boundary within one bucket; one pass drops what
+// lies below, and a quickselect on mass ranks only that bucket's tokens.
+// The softmax's exp is a float32-accurate polynomial, not math.Exp.
 package sample
 
 import (
@@ -137,9 +144,10 @@ type Sampler struct {
 	// penalty either. A draw is then SampleGumbel's, keyed by the seed and
 	// the draw count step. topk: a temperature with a top-k of at most
 	// MaxDrawTopK (and any top-p and min-p), no bias or penalty: a draw is
-	// SampleTopK's, keyed the same way.
-	plain, topk bool
-	step        uint64
+	// SampleTopK's, keyed the same way. nucleus: a temperature with top-p
+	// or min-p and no top-k, bias or penalty: SampleNucleus's.
+	plain, topk, nucleus bool
+	step                 uint64
 
 	biasIDs []int32   // LogitBias as parallel slices sorted by id: no map
 	biasVal []float32 // iteration on the hot path, and a fixed order
@@ -203,7 +211,8 @@ func New(p Params, vocab int) (*Sampler, error) {
 	// Greedy ignores truncation: none of it can drop the argmax.
 	s.plain = s.work == nil && (p.Temperature == 0 || p.TopK == 0 && p.TopP == 1 && p.MinP == 0)
 	s.topk = s.work == nil && p.Temperature > 0 && p.TopK > 0 && p.TopK <= MaxDrawTopK
-	if p.Temperature > 0 && !s.plain && !s.topk {
+	s.nucleus = s.work == nil && p.Temperature > 0 && p.TopK == 0 && !s.plain
+	if p.Temperature > 0 && !s.plain && !s.topk && !s.nucleus {
 		s.cands = make([]cand, 0, vocab)
 		if p.TopP < 1 {
 			s.hist = new(massHist)
@@ -268,19 +277,33 @@ func (s *Sampler) Reset() {
 	s.step = 0
 }
 
-// Draw is a draw that needs nothing but the logits: SampleGumbel's when
-// TopK or Temperature is 0 (TopP and MinP unused), else SampleTopK's. Its
-// fields are backend.Sampling's, so either converts to the other.
+// Draw is a draw that needs nothing but the logits: when Temperature is 0,
+// the argmax; with a TopK, SampleTopK's; with no TopK but a top-p or min-p
+// (Nucleus), SampleNucleus's; else SampleGumbel's. Its fields are
+// backend.Sampling's, so either converts to the other.
 type Draw struct {
 	Temperature float32
 	TopK        int
-	TopP, MinP  float32 // with TopK: 1 and 0 when off
+	TopP, MinP  float32 // top-p in [0, 1] (0 and 1 are off), min-p in [0, 1] (0 is off)
 	Seed, Step  uint64
+}
+
+// Nucleus reports whether d is SampleNucleus's draw: a temperature, no
+// top-k, and a top-p or a min-p.
+func (d Draw) Nucleus() bool {
+	return d.Temperature > 0 && d.TopK == 0 && (d.TopP > 0 && d.TopP < 1 || d.MinP > 0)
 }
 
 // Sample makes the draw from logits.
 func (d Draw) Sample(logits []float32) (int32, error) {
-	if d.TopK == 0 || d.Temperature == 0 {
+	switch {
+	case d.Nucleus():
+		topP := d.TopP
+		if topP == 0 {
+			topP = 1
+		}
+		return SampleNucleus(logits, d.Temperature, topP, d.MinP, d.Seed, d.Step)
+	case d.TopK == 0 || d.Temperature == 0:
 		return SampleGumbel(logits, d.Temperature, d.Seed, d.Step)
 	}
 	return SampleTopK(logits, d.Temperature, d.TopK, d.TopP, d.MinP, d.Seed, d.Step)
@@ -289,16 +312,17 @@ func (d Draw) Sample(logits []float32) (int32, error) {
 // Device reports whether the next draw may be made elsewhere — on a GPU,
 // from logits that never reach the host — and how. That holds when the
 // chain is greedy (whatever its truncation), a plain temperature draw (no
-// top-k, top-p or min-p), or a temperature with a top-k of at most
-// MaxDrawTopK and any top-p and min-p; in each case with no logit bias or
-// penalty. Sample draws such a chain the same way, so a token does not
-// depend on where it was drawn. After a draw made elsewhere, call Advance.
+// top-k, top-p or min-p), a temperature with a top-k of at most
+// MaxDrawTopK and any top-p and min-p, or a temperature with top-p or
+// min-p and no top-k; in each case with no logit bias or penalty. Sample
+// draws such a chain the same way, so a token does not depend on where it
+// was drawn. After a draw made elsewhere, call Advance.
 func (s *Sampler) Device() (Draw, bool) {
 	d := Draw{Temperature: s.p.Temperature, Seed: s.seed, Step: s.step}
-	if s.topk {
+	if s.topk || s.nucleus {
 		d.TopK, d.TopP, d.MinP = s.p.TopK, s.p.TopP, s.p.MinP
 	}
-	return d, s.plain || s.topk
+	return d, s.plain || s.topk || s.nucleus
 }
 
 // Advance counts a draw made elsewhere with Device's parameters.
@@ -345,6 +369,11 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	}
 	if s.topk {
 		id, err := SampleTopK(l, s.p.Temperature, s.p.TopK, s.p.TopP, s.p.MinP, s.seed, s.step)
+		s.step++
+		return id, err
+	}
+	if s.nucleus {
+		id, err := SampleNucleus(l, s.p.Temperature, s.p.TopP, s.p.MinP, s.seed, s.step)
 		s.step++
 		return id, err
 	}

@@ -126,7 +126,7 @@ func (e *exec) IssueNext() error {
 	for i := range c.steps {
 		c.steps[i]++
 	}
-	if err := e.enqueue(rows, rows, outDrawn, c.deepest+1); err != nil {
+	if err := e.enqueue(rows, rows, e.drawOut, c.deepest+1); err != nil {
 		a.call(d.ctxSync, 0)
 		return err
 	}

@@ -51,7 +51,7 @@ type exec struct {
 
 	// graphs[rows][selected][out][deep] replays every launch of a batch
 	// of that shape (rows <= smallRows; out: outDevice, outHidden,
-	// outStaged or outDrawn; deep: a row at deepAt or past it); captured on first use
+	// outStaged, outDrawn or outNucleus; deep: a row at deepAt or past it); captured on first use
 	// on stream.
 	graphs [smallRows + 1][smallRows + 1][numOuts][2]uintptr
 	deepAt int32 // the position from which deep launches run (0: the plan has none)
@@ -67,6 +67,9 @@ type exec struct {
 	attr          launchAttr
 
 	draw  *drawState // device draws (sample.go), set up on first use
+	// drawOut is the output of the draws staged last (outDrawn or
+	// outNucleus, drawOut).
+	drawOut int
 	chain chain      // decode steps queued ahead of the host (chain.go)
 
 	alpha, beta float32  // cuBLAS scalars, read through pointers
@@ -106,6 +109,9 @@ const (
 	// The logits left in device memory and the selected rows' tokens
 	// drawn from them (sample.go): the draws' launches follow the plan's.
 	outDrawn
+	// outDrawn with the cuts of top-p (nucleus_max, nucleus_pass) before
+	// the draws: a row draws as sample.SampleNucleus.
+	outNucleus
 	numOuts
 )
 

@@ -176,7 +176,7 @@ func TestStepOverhead(t *testing.T) {
 				}
 			}
 		}
-		if err := e.launchDraws(1, e.stream); err != nil {
+		if err := e.launchDraws(1, outDrawn, e.stream); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -198,7 +198,7 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	case b.HiddenOnly:
 		out = outHidden
 	case draws:
-		out = outDrawn
+		out = e.drawOut
 	case stage && e.staging && sel == 1:
 		out = outStaged
 	}
@@ -252,8 +252,8 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 			return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
 		}
 	}
-	if out == outDrawn {
-		return e.launchDraws(sel, 0)
+	if out == outDrawn || out == outNucleus {
+		return e.launchDraws(sel, out, 0)
 	}
 	return nil
 }
@@ -381,8 +381,8 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 			}
 		}
 	}
-	if out == outDrawn && failed == nil {
-		failed = e.launchDraws(sel, e.stream)
+	if (out == outDrawn || out == outNucleus) && failed == nil {
+		failed = e.launchDraws(sel, out, e.stream)
 	}
 	if forked {
 		// Join the copies stream back, as a capture must end.

@@ -261,6 +261,257 @@ __device__ void topk_draw(const u64* keys, const float* l, int k, float t, float
     block_best(best, id);
 }
 
+// Top-p and min-p without a top-k, as sample.SampleNucleus: before draw,
+// nucleus_max finds each such row's largest logit and nucleus_pass, three
+// times, one digit of top-p's cut (radix selection on rank_key's bits from
+// the top: 11, 11 and 10 bits), summing the tokens' integer masses
+// ⌊p·2⁴⁰⌋ (exact, so in any order) by digit among those whose keys share
+// the digits found so far; draw then takes the Gumbel-max of the tokens
+// above the cut, the first n ties at the cut by id, and min-p. Rows of
+// other kinds return at once.
+
+#define NUC_BUCKETS 2048 // the widest digit's (11 bits)
+#define NUC_SHIFT 40     // the masses' binary point (sample.massShift)
+
+// nucleus is a row's state between the launches (nucleusBytes in Go).
+struct nucleus {
+    float mx;        // the largest finite logit (-Inf: none)
+    unsigned prefix; // the cut's key digits found so far; after the last pass, its key
+    unsigned all;    // every tie at the cut is kept (1 also where there is no cut)
+    unsigned pad;
+    u64 left;        // what is left of the target
+    u64 n;           // ties at the cut kept, the first by id
+};
+
+// nucleus_row says whether a row draws as SampleNucleus (a temperature,
+// no top-k, a top-p or a min-p); cut, whether it has a top-p.
+__device__ __forceinline__ bool nucleus_row(float t, int k, float topp, float minp, bool* cut) {
+    *cut = topp > 0.f && topp < 1.f;
+    return t > 0.f && k == 0 && (*cut || minp > 0.f);
+}
+
+// rank_key is sample.rankKey: finite logits ordered, -0 and +0 as one.
+__device__ __forceinline__ unsigned rank_key(float v) {
+    unsigned b = __float_as_uint(v == 0.f ? 0.f : v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// key_logit is sample.keyLogit, rank_key's inverse.
+__device__ __forceinline__ float key_logit(unsigned k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// mass_of is sample.massOf: ⌊p·2⁴⁰⌋.
+__device__ __forceinline__ u64 mass_of(float p) {
+    return (u64)__dmul_rn((double)p, (double)(1ULL << NUC_SHIFT));
+}
+
+// nucleus_target is sample.nucleusTarget: ⌈topP·total⌉ exactly.
+__device__ u64 nucleus_target(float topp, u64 total) {
+    unsigned b = __float_as_uint(topp);
+    int e = (b >> 23) & 0xff;
+    u64 m = b & 0x7fffffu;
+    if (e == 0) e = 1;
+    else m |= 1u << 23;
+    int s = 150 - e;
+    u64 lo = m * total, hi = __umul64hi(m, total), q;
+    bool rem;
+    if (s >= 128) return (hi | lo) ? 1 : 0;
+    if (s >= 64) {
+        int r = s - 64;
+        q = r ? hi >> r : hi;
+        rem = lo != 0 || (r && (hi & ((1ULL << r) - 1)) != 0);
+    } else {
+        q = (hi << (64 - s)) | (lo >> s);
+        rem = (lo & ((1ULL << s) - 1)) != 0;
+    }
+    return q + (rem ? 1 : 0);
+}
+
+// block_max reduces every thread's value to the block's largest, returned
+// to every thread.
+__device__ float block_max(float v) {
+    __shared__ float sm[DRAW_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) sm[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = sm[0];
+    for (int w = 1; w < DRAW_THREADS / 32; w++) v = fmaxf(v, sm[w]);
+    return v;
+}
+
+// nucleus_max: block (c, r) of a nucleus row takes the largest finite
+// logit of its chunk into part[r*chunks + c].x; the row's last block (done
+// counts them) the row's, into st[r], readying it for the passes.
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void nucleus_max(float2* part, const float* logits,
+        const float* temp, const int* topk, const float* topp, const float* minp, const int* meta, int vocab, int chunk,
+        unsigned* done, nucleus* st) {
+    int r = blockIdx.y;
+    bool cut;
+    if (r >= meta[1] || !nucleus_row(temp[r], topk[r], topp[r], minp[r], &cut)) return;
+    const float* l = logits + (u64)r * vocab;
+    int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab), chunks = gridDim.x;
+    float mx = NEG_INF;
+    for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) {
+        float v = l[i];
+        if (v > mx) mx = v; // NaN never compares greater
+    }
+    mx = block_max(mx);
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        part[(u64)r * chunks + blockIdx.x].x = mx;
+        __threadfence();
+        last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    mx = NEG_INF;
+    for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) mx = fmaxf(mx, __ldcg(&part[(u64)r * chunks + c].x));
+    mx = block_max(mx);
+    if (threadIdx.x == 0) {
+        nucleus s = {mx, 0u, cut ? 0u : 1u, 0u, 0ULL, 0ULL};
+        st[r] = s;
+        done[r] = 0;
+    }
+}
+
+// scan_down returns, for each thread, the sum of x over the threads
+// before it (an exclusive prefix sum in thread order), and in *total the
+// block's.
+__device__ u64 scan_down(u64 x, u64* total) {
+    __shared__ u64 ws[DRAW_THREADS / 32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u64 inc = x;
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    __syncthreads();
+    if (lane == 31) ws[w] = inc;
+    __syncthreads();
+    u64 before = 0, all = 0;
+    for (int k = 0; k < DRAW_THREADS / 32; k++) {
+        if (k < w) before += ws[k];
+        all += ws[k];
+    }
+    *total = all;
+    return before + inc - x;
+}
+
+// nucleus_pass finds digit `level` of a nucleus row's cut: block (c, r)
+// sums the masses of its chunk's tokens whose keys share the digits found
+// so far by their next digit into hist[r] (NUC_BUCKETS a row, 0 between
+// launches); the row's last block finds the digit where the masses from
+// the largest down reach what is left of the target (at level 0, the
+// target itself, ⌈topP·total⌉), and after the last digit how many of the
+// cut's ties to keep.
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void nucleus_pass(const float* logits, const float* temp,
+        const int* topk, const float* topp, const float* minp, const int* meta, int vocab, int chunk, unsigned* done,
+        nucleus* st, u64* hist, int level) {
+    __shared__ u64 h[NUC_BUCKETS];
+    int r = blockIdx.y;
+    bool cut;
+    if (r >= meta[1] || !nucleus_row(temp[r], topk[r], topp[r], minp[r], &cut) || !cut) return;
+    const int shift = level == 0 ? 21 : level == 1 ? 10 : 0, bits = level == 2 ? 10 : 11;
+    const unsigned mask = (1u << bits) - 1;
+    const float* l = logits + (u64)r * vocab;
+    float mx = __ldcg(&st[r].mx);
+    unsigned prefix = __ldcg(&st[r].prefix);
+    double invT = __ddiv_rn(1.0, (double)temp[r]);
+    for (int i = threadIdx.x; i < NUC_BUCKETS; i += DRAW_THREADS) h[i] = 0;
+    __syncthreads();
+    int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab), chunks = gridDim.x;
+    for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) {
+        float v = l[i];
+        if (!(v > NEG_INF)) continue;
+        unsigned k = rank_key(v);
+        if (level > 0 && (k >> (shift + bits)) != prefix) continue;
+        u64 q = mass_of(prob_of(v, mx, invT));
+        if (q) atomicAdd(&h[(k >> shift) & mask], q);
+    }
+    __syncthreads();
+    u64* gh = hist + (u64)r * NUC_BUCKETS;
+    for (int i = threadIdx.x; i < NUC_BUCKETS; i += DRAW_THREADS)
+        if (h[i]) atomicAdd(&gh[i], h[i]);
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Thread j holds the 8 buckets [NUC_BUCKETS - 8(j+1), NUC_BUCKETS - 8j):
+    // thread 0 the largest digits.
+    const int per = NUC_BUCKETS / DRAW_THREADS;
+    u64 mine[NUC_BUCKETS / DRAW_THREADS], sum = 0;
+    int top = NUC_BUCKETS - per * threadIdx.x - 1;
+    for (int j = 0; j < per; j++) {
+        mine[j] = __ldcg(&gh[top - j]);
+        gh[top - j] = 0;
+        sum += mine[j];
+    }
+    u64 total, above = scan_down(sum, &total);
+    __shared__ u64 left;
+    if (threadIdx.x == 0) left = level == 0 ? nucleus_target(topp[r], total) : __ldcg(&st[r].left);
+    __syncthreads();
+    u64 want = left;
+    if (above < want && want <= above + sum) {
+        // This thread's buckets hold the digit: the masses from its top
+        // down reach what is left.
+        u64 acc = above;
+        int j = 0;
+        while (acc + mine[j] < want) acc += mine[j++];
+        unsigned digit = top - j;
+        u64 rest = want - acc;
+        nucleus* s = &st[r];
+        unsigned key = (prefix << bits) | digit;
+        s->prefix = key;
+        s->left = rest;
+        if (level == 2) {
+            // One key: its tokens share one logit and so one mass.
+            u64 q = mass_of(prob_of(key_logit(key), mx, invT));
+            u64 n = (rest + q - 1) / q;
+            s->n = n;
+            s->all = n >= mine[j] / q ? 1u : 0u;
+        }
+    }
+    if (threadIdx.x == 0) done[r] = 0;
+}
+
+// nucleus_ties adds to each thread's candidate (best, id) the first n
+// tokens of logits row l (by id) whose key is key, those of a nucleus
+// row's cut when not all of them are kept, under min-p. Every thread of the
+// block calls it.
+__device__ void nucleus_ties(const float* l, int vocab, const nucleus& s, float t, float minp, u64 skey, float* best,
+                             int* id) {
+    __shared__ unsigned wc[DRAW_THREADS / 32];
+    float p = prob_of(key_logit(s.prefix), s.mx, __ddiv_rn(1.0, (double)t));
+    if (p == 0.f || p < minp) return;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u64 seen = 0;
+    for (int base = 0; base < vocab && seen < s.n; base += DRAW_THREADS) {
+        int i = base + threadIdx.x;
+        float v = i < vocab ? l[i] : NEG_INF;
+        bool tie = v > NEG_INF && rank_key(v) == s.prefix;
+        unsigned b = __ballot_sync(0xffffffffu, tie);
+        if (lane == 0) wc[w] = __popc(b);
+        __syncthreads();
+        unsigned before = __popc(b & ((1u << lane) - 1)), all = 0;
+        for (int k = 0; k < DRAW_THREADS / 32; k++) {
+            if (k < w) before += wc[k];
+            all += wc[k];
+        }
+        if (tie && seen + before < s.n) {
+            float sc = gumbel_score(v, i, t, skey);
+            if (better(sc, i, *best, *id)) { *best = sc; *id = i; }
+        }
+        seen += all;
+        __syncthreads();
+    }
+}
+
 // draw: block (c, r) takes the best candidate of logits row r ([selected
 // rows, vocab]) within chunk c ([c*chunk, (c+1)*chunk)) into
 // part[r*chunks + c] (float score, int id); temp, seed and step are row
@@ -279,10 +530,14 @@ __device__ void topk_draw(const u64* keys, const float* l, int k, float t, float
 // IssueNext): row r is fed its draw (token 0 where there was none; the
 // host reports that step's error), one position further, with its draw's
 // step one further. Every other run stages meta and the steps from the
-// host again, so for them these writes are dead.
+// host again, so for them these writes are dead. A nucleus row (top-p or
+// min-p without a top-k) follows nucleus_max and nucleus_pass: its blocks
+// take only the tokens above the cut in st[r] (and its ties when all are
+// kept) and not below min-p; the last block adds the ties kept otherwise.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u64* cands, const float* logits,
         const float* temp, const int* topk, const float* topp, const float* minp, const u64* seed, u64* step,
-        const int* meta, int vocab, int chunk, int* out, unsigned* done, unsigned* groups, int* tokens, int* pos, int* host) {
+        const int* meta, int vocab, int chunk, int* out, unsigned* done, unsigned* groups, int* tokens, int* pos, int* host,
+        const nucleus* st) {
     __shared__ u64 buf[DRAW_LISTS * DRAW_TOPK], spare[DRAW_LISTS / 2 * DRAW_TOPK], pair[2 * DRAW_TOPK];
     int r = blockIdx.y;
     if (r >= meta[1]) return;
@@ -318,11 +573,26 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
         if (threadIdx.x == 0) groups[(u64)r * ngroups + g] = 0;
         __syncthreads();
     } else {
-        float best = NEG_INF;
+        float best = NEG_INF, mx = 0.f, mp = minp[r];
         int id = -1;
+        bool cut, nuc = nucleus_row(t, topk[r], topp[r], mp, &cut), all = true;
+        unsigned key = 0;
+        double invT = 0.0;
+        if (nuc) {
+            mx = __ldcg(&st[r].mx), key = __ldcg(&st[r].prefix), all = __ldcg(&st[r].all) != 0;
+            invT = __ddiv_rn(1.0, (double)t);
+        }
         for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) {
             float v = l[i];
             if (!(v > NEG_INF)) continue;
+            if (nuc) {
+                if (cut) {
+                    unsigned kk = rank_key(v);
+                    if (kk < key || (kk == key && !all)) continue;
+                }
+                float p = prob_of(v, mx, invT);
+                if (p == 0.f || p < mp) continue;
+            }
             float s = t > 0.0f ? gumbel_score(v, i, t, skey) : v;
             if (better(s, i, best, id)) { best = s; id = i; }
         }
@@ -347,6 +617,11 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
             float2 p = __ldcg(&part[(u64)r * chunks + c]);
             int pid = __float_as_int(p.y);
             if (better(p.x, pid, best, id)) { best = p.x; id = pid; }
+        }
+        bool cut;
+        if (nucleus_row(t, topk[r], topp[r], minp[r], &cut) && cut) {
+            nucleus s = st[r];
+            if (!s.all) nucleus_ties(l, vocab, s, t, minp[r], skey, &best, &id);
         }
         block_best(&best, &id);
     }

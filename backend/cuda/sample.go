@@ -32,10 +32,17 @@ type drawState struct {
 	ids    uint64 // device: int32 [MaxRows]
 	done   uint64 // device: uint32 [MaxRows], each row's blocks finished (0 between launches)
 	groups uint64 // device: uint32 [MaxRows, groups of drawGroup chunks], a top-k row's chunks finished (0 between launches)
+	nst    uint64 // device: sample.cu's nucleus [MaxRows], a nucleus row's cut
+	hist   uint64 // device: uint64 [MaxRows, nucBuckets], a nucleus row's masses by digit (0 between launches)
 	chunks int
 	fn     uintptr
-	args   [18]uint64 // draw's arguments
-	params [18]uintptr
+	args   [19]uint64 // draw's arguments
+	params [19]uintptr
+	// The nucleus rows' launches before draw: nucleus_max, then
+	// nucleus_pass for each digit of the cut.
+	nucFns    [1 + nucDigits]uintptr
+	nucArgs   [1 + nucDigits][12]uint64
+	nucParams [1 + nucDigits][12]uintptr
 }
 
 var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no token to draw")
@@ -117,15 +124,25 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
 		dh.topK[i], dh.topP[i], dh.minP[i] = int32(x.TopK), x.TopP, x.MinP
 	}
+	e.drawOut = drawOut(s)
 	return nil
 }
 
 // launchDraws queues the draws of the sel selected rows' logits on
-// stream. They follow the plan's last launch without programmatic
-// dependent launch: launched early, their blocks would hold room on the
-// multiprocessors that the output product's blocks need.
-func (e *exec) launchDraws(sel int, stream uintptr) error {
+// stream, for output out: outNucleus first finds the cuts of the rows that
+// draw as sample.SampleNucleus. They follow the plan's last launch without
+// programmatic dependent launch: launched early, their blocks would hold
+// room on the multiprocessors that the output product's blocks need.
+func (e *exec) launchDraws(sel, out int, stream uintptr) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
+	if out == outNucleus {
+		for i, fn := range ds.nucFns {
+			*c = callArgs{fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.nucParams[i][0])), 0}
+			if r := c.call(d.launchKernel, 11); r != 0 {
+				return fmt.Errorf("cuda: launching the nucleus draws' cuts: %w", d.err(r))
+			}
+		}
+	}
 	*c = callArgs{ds.fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.params[0])), 0}
 	r := c.call(d.launchKernel, 11)
 	runtime.KeepAlive(ds)
@@ -133,6 +150,17 @@ func (e *exec) launchDraws(sel int, stream uintptr) error {
 		return fmt.Errorf("cuda: launching the draws: %w", d.err(r))
 	}
 	return nil
+}
+
+// drawOut is the output of a run drawing by s: outNucleus where a row
+// draws as sample.SampleNucleus, else outDrawn.
+func drawOut(s []backend.Sampling) int {
+	for _, x := range s {
+		if x.Nucleus() {
+			return outNucleus
+		}
+	}
+	return outDrawn
 }
 
 // drawnAt is selected row i's draw at draw step step, where the draw
@@ -157,11 +185,15 @@ func checkDraws(out, selected []int32) error {
 }
 
 // drawThreads and drawGroup are sample.cu's DRAW_THREADS and DRAW_GROUP,
-// drawMaxChunk its DRAW_LISTS * DRAW_TOPK.
+// drawMaxChunk its DRAW_LISTS * DRAW_TOPK; nucBuckets its NUC_BUCKETS,
+// nucleusBytes the size of its nucleus, nucDigits the digits of a cut.
 const (
 	drawThreads  = 256
 	drawGroup    = 8
 	drawMaxChunk = 32 * 64
+	nucBuckets   = 2048
+	nucleusBytes = 32
+	nucDigits    = 3
 )
 
 // newDrawState allocates the draws' device memory and binds the two
@@ -169,8 +201,10 @@ const (
 func (e *exec) newDrawState() error {
 	p := e.p
 	fn, ok := e.be.funcs["draw"]
-	if !ok {
-		return errors.New("cuda: the draw kernel is missing")
+	fnMax, okMax := e.be.funcs["nucleus_max"]
+	fnPass, okPass := e.be.funcs["nucleus_pass"]
+	if !ok || !okMax || !okPass {
+		return errors.New("cuda: a draw kernel is missing")
 	}
 	if drawChunk > drawMaxChunk {
 		return fmt.Errorf("cuda: draw chunks of %d tokens, more than the %d a block ranks", drawChunk, drawMaxChunk)
@@ -181,7 +215,7 @@ func (e *exec) newDrawState() error {
 		ptr *uint64
 		n   int
 	}{{&ds.part, 8 * m * ds.chunks}, {&ds.cands, 8 * m * ds.chunks * backend.MaxTopK}, {&ds.ids, 4 * m}, {&ds.done, 4 * m},
-		{&ds.groups, 4 * m * ((ds.chunks + drawGroup - 1) / drawGroup)}} {
+		{&ds.groups, 4 * m * ((ds.chunks + drawGroup - 1) / drawGroup)}, {&ds.nst, nucleusBytes * m}, {&ds.hist, 8 * nucBuckets * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
@@ -191,12 +225,25 @@ func (e *exec) newDrawState() error {
 	seed := e.meta + uint64(e.drawAt)
 	field := func(k int) uint64 { return e.meta + uint64(4*(metaArrays+k*m)) }
 	at := func(off int) uint64 { return seed + uint64(off*m) } // the parameters' arrays (drawHost)
-	ds.args = [18]uint64{
-		ds.part, ds.cands, e.bufs[p.Logits], at(16), at(20), at(24), at(28), seed, at(8), e.meta,
-		uint64(uint32(p.Vocab)), uint64(uint32(drawChunk)), ds.ids, ds.done, ds.groups, field(fieldTokens), field(fieldPos), e.drawHost.drawnDev,
+	logits, temp, topK, topP, minP := e.bufs[p.Logits], at(16), at(20), at(24), at(28)
+	vocab, chunk := uint64(uint32(p.Vocab)), uint64(uint32(drawChunk))
+	ds.args = [19]uint64{
+		ds.part, ds.cands, logits, temp, topK, topP, minP, seed, at(8), e.meta,
+		vocab, chunk, ds.ids, ds.done, ds.groups, field(fieldTokens), field(fieldPos), e.drawHost.drawnDev, ds.nst,
 	}
 	for i := range ds.args {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))
+	}
+	ds.nucFns[0] = fnMax
+	ds.nucArgs[0] = [12]uint64{ds.part, logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst}
+	for level := range nucDigits {
+		ds.nucFns[1+level] = fnPass
+		ds.nucArgs[1+level] = [12]uint64{logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst, ds.hist, uint64(level)}
+	}
+	for i := range ds.nucArgs {
+		for j := range ds.nucArgs[i] {
+			ds.nucParams[i][j] = uintptr(unsafe.Pointer(&ds.nucArgs[i][j]))
+		}
 	}
 	e.draw = ds
 	return nil

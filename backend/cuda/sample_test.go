@@ -18,8 +18,9 @@ import (
 
 // TestDeviceDraws: tokens drawn on the device (RunSampled through
 // engine.StepSampled) are sample.SampleGumbel's (or, with a top-k,
-// sample.SampleTopK's) draws from the logits the same plan produces, for
-// greedy, tempered and truncated rows, one row (a graph
+// sample.SampleTopK's, with top-p or min-p alone sample.SampleNucleus's)
+// draws from the logits the same plan produces, for greedy, tempered and
+// truncated rows, one row (a graph
 // replay), three, and ten (plain launches), with the vocabulary split into
 // many chunks.
 func TestDeviceDraws(t *testing.T) {
@@ -58,8 +59,11 @@ func TestDeviceDraws(t *testing.T) {
 		for step := range 12 {
 			for i := range s {
 				s[i] = backend.Sampling{Temperature: []float32{0, 0.6, 1, 2.5}[(i+step)%4], Seed: uint64(100 + i), Step: uint64(step)}
-				if (i+step)%3 == 1 { // llama.cpp's chain, and a wider one
+				switch (i + step) % 3 {
+				case 1: // llama.cpp's chain, and a wider one
 					s[i].TopK, s[i].TopP, s[i].MinP = []int{40, backend.MaxTopK}[step%2], 0.95, 0.05
+				case 2: // top-p or min-p without a top-k
+					s[i].TopP, s[i].MinP = []float32{0.9, 1, 0.5}[step%3], []float32{0, 0.05, 0.01}[step%3]
 				}
 			}
 			if err := m.Step(logitSeqs, toks, logits); err != nil {
@@ -122,8 +126,11 @@ func TestPipelinedDraws(t *testing.T) {
 			seqs[i], _ = m.NewSequence()
 			toks[i] = int32(5 + 37*i)
 			s[i] = backend.Sampling{Temperature: []float32{0, 0.7, 1.3}[i%3], Seed: uint64(40 + i), Step: uint64(i)}
-			if i%2 == 1 {
+			switch i % 4 {
+			case 1:
 				s[i].TopK, s[i].TopP, s[i].MinP = 40, 0.95, 0.05
+			case 2:
+				s[i].TopP, s[i].MinP = 0.9, 0.02
 			}
 		}
 		first := append([]int32(nil), toks...)
@@ -240,8 +247,10 @@ func TestPipelinedDraws(t *testing.T) {
 	}
 }
 
-// TestTopKDraws: the device's top-k draws are sample.SampleTopK's (and the
-// plain ones sample.SampleGumbel's) on logits made to be hard: few levels
+// TestTopKDraws: the device's top-k draws are sample.SampleTopK's, its
+// top-p and min-p draws without a top-k sample.SampleNucleus's (cuts that
+// fall inside runs of equal logits among them), and the plain ones
+// sample.SampleGumbel's, on logits made to be hard: few levels
 // (ties across chunks), -0 beside +0, NaN, ±Inf, rows with fewer finite
 // logits than k and none at all, every top-k, top-p and min-p setting,
 // and chunks of 4 tokens (a merge of 375 chunks' candidates in rounds), 48
@@ -312,7 +321,12 @@ func TestTopKDraws(t *testing.T) {
 			bt := tokenBatch(rng, rows, vocab)
 			for i := range s {
 				s[i] = backend.Sampling{Temperature: []float32{0, 0.05, 0.8, 2.5}[rng.IntN(4)], Seed: uint64(trial), Step: uint64(i)}
-				if rng.IntN(5) > 0 {
+				switch rng.IntN(6) {
+				case 0:
+				case 1, 2: // top-p or min-p without a top-k
+					s[i].TopP = []float32{0, 1, 0.999, 0.95, 0.5, 0.1, 1e-6}[rng.IntN(7)]
+					s[i].MinP = []float32{0, 0, 0.05, 0.5, 1}[rng.IntN(5)]
+				default:
 					s[i].TopK = []int{1, 2, 7, 40, backend.MaxTopK}[rng.IntN(5)]
 					s[i].TopP = []float32{1, 0.95, 0.5, 0.1}[rng.IntN(4)]
 					s[i].MinP = []float32{0, 0.05, 0.5, 1}[rng.IntN(4)]
@@ -337,7 +351,8 @@ func TestTopKDraws(t *testing.T) {
 // TestDrawCost times the draw kernel alone, a measuring aid that checks
 // nothing: with WEFT_DRAW_COST=1 it launches the draws back to back on
 // one row of a 128,256-token vocabulary (a Llama 3 one), greedy,
-// tempered, and with top-k chains, at draw chunks of 512 (the default)
+// tempered, with top-k chains and with top-p or min-p alone (the nucleus
+// launches with the draw), at draw chunks of 512 (the default)
 // and 2048, and logs µs a draw.
 func TestDrawCost(t *testing.T) {
 	if os.Getenv("WEFT_DRAW_COST") == "" {
@@ -355,7 +370,8 @@ func TestDrawCost(t *testing.T) {
 		b := &backend.Batch{Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Selected: []int32{0}}
 		out := make([]int32, 1)
 		for _, s := range []backend.Sampling{{}, {Temperature: 0.8}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05},
-			{Temperature: 0.8, TopK: backend.MaxTopK, TopP: 1}} {
+			{Temperature: 0.8, TopK: backend.MaxTopK, TopP: 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 0.8, TopP: 0.95, MinP: 0.05},
+			{Temperature: 0.8, MinP: 0.05}} {
 			if err := e.RunSampled(b, []backend.Sampling{s}, out); err != nil {
 				t.Fatal(err)
 			}
@@ -367,7 +383,7 @@ func TestDrawCost(t *testing.T) {
 			const n = 500
 			start := time.Now()
 			for range n {
-				if err := e.launchDraws(1, e.stream); err != nil {
+				if err := e.launchDraws(1, drawOut([]backend.Sampling{s}), e.stream); err != nil {
 					t.Fatal(err)
 				}
 			}

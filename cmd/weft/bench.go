@@ -63,8 +63,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&s.draw, "draw", false, "tg: feed each step's draw back, as generation does (drawn on the device, the next step queued before the host reads the token, where the backend can), instead of random tokens with the logits handed to the host as llama-bench does; the test is named tgN drawn")
 	temp := fs.Float64("temp", 0, "with --draw: the draws' temperature (0: greedy)")
 	topK := fs.Int("top-k", 0, "with --draw and a temperature: keep the k most probable tokens, at most 64 (0: off)")
-	topP := fs.Float64("top-p", 1, "with --draw and a top-k: keep the most probable tokens up to this probability (1: off)")
-	minP := fs.Float64("min-p", 0, "with --draw and a top-k: drop tokens below this fraction of the best token's probability (0: off)")
+	topP := fs.Float64("top-p", 1, "with --draw and a temperature: keep the most probable tokens up to this probability (1: off)")
+	minP := fs.Float64("min-p", 0, "with --draw and a temperature: drop tokens below this fraction of the best token's probability (0: off)")
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
@@ -326,15 +326,11 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 }
 
 // benchChain checks the draws' chain of a bench: set only with --draw,
-// and one the backend can draw from the logits alone (a top-p or min-p
-// without a top-k takes generation's logits to the host).
+// and one the backend can draw from the logits alone.
 func benchChain(s benchSpec) error {
 	c := s.chain
-	switch {
-	case !s.draw && c != (backend.Sampling{TopP: 1}):
+	if !s.draw && c != (backend.Sampling{TopP: 1}) {
 		return errors.New("--temp, --top-k, --top-p and --min-p choose the draws of --draw")
-	case c.Temperature > 0 && c.TopK == 0 && (c.TopP != 1 || c.MinP != 0):
-		return errors.New("a top-p or min-p without a top-k is drawn on the host, where --draw does not time it: give a --top-k of at most 64")
 	}
 	if err := c.Check(); err != nil {
 		return err
@@ -351,12 +347,12 @@ func chainName(c backend.Sampling) string {
 	name := fmt.Sprintf(" T%g", c.Temperature)
 	if c.TopK > 0 {
 		name += fmt.Sprintf(" k%d", c.TopK)
-		if c.TopP < 1 {
-			name += fmt.Sprintf(" p%g", c.TopP)
-		}
-		if c.MinP > 0 {
-			name += fmt.Sprintf(" m%g", c.MinP)
-		}
+	}
+	if c.TopP < 1 {
+		name += fmt.Sprintf(" p%g", c.TopP)
+	}
+	if c.MinP > 0 {
+		name += fmt.Sprintf(" m%g", c.MinP)
 	}
 	return name
 }

@@ -79,10 +79,19 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("drawn, top-k: %v, tests %+v", err, res)
 	}
 
+	// And with the OpenAI API's usual one: top-p without a top-k.
+	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-p", "0", "-n", "6", "-r", "1", "--draw", "--temp", "0.8",
+		"--top-p", "0.9", "--min-p", "0.05", "--json")
+	if code != 0 {
+		t.Fatalf("drawn, top-p: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || len(res) != 1 || res[0].Test != "tg6 drawn T0.8 p0.9 m0.05" || !(res[0].TokPerSec > 0) {
+		t.Fatalf("drawn, top-p: %v, tests %+v", err, res)
+	}
+
 	for _, bad := range [][]string{
-		{"bench", "-m", model, "--temp", "0.8"},                             // a chain without --draw
-		{"bench", "-m", model, "--draw", "--temp", "0.8", "--top-p", "0.9"}, // top-p without top-k: the host's
-		{"bench", "-m", model, "--draw", "--temp", "0.8", "--top-k", "65"},  // past the device's top-k
+		{"bench", "-m", model, "--temp", "0.8"},                            // a chain without --draw
+		{"bench", "-m", model, "--draw", "--temp", "0.8", "--top-k", "65"}, // past the device's top-k
 		{"bench", "-m", model, "--draw", "--temp", "-1"},
 		{"bench", "-m", model, "--draw", "--temp", "1", "--top-k", "5", "--min-p", "2"},
 		{"bench"},

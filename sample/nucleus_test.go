@@ -1,0 +1,202 @@
+package sample
+
+import (
+	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+)
+
+// refNucleus is SampleNucleus's procedure written the obvious way: a full
+// sort of the finite logits, the masses summed in rank order, the target
+// by exact rational arithmetic, then the same noise.
+func refNucleus(l []float32, temp, topP, minP float32, seed, step uint64) int32 {
+	var order []int32
+	for i, v := range l {
+		if v > float32(math.Inf(-1)) {
+			order = append(order, int32(i))
+		}
+	}
+	if len(order) == 0 {
+		return -1
+	}
+	sortByLogit(l, order) // ids ascending, so ties keep the lower id first
+	invT := 1 / float64(temp)
+	mx := l[order[0]]
+	n := len(order)
+	if topP < 1 {
+		total := new(big.Int)
+		for _, id := range order {
+			total.Add(total, new(big.Int).SetUint64(massOf(prob(l[id], mx, invT))))
+		}
+		// ⌈topP·total⌉ as a rational.
+		t := new(big.Rat).Mul(new(big.Rat).SetFloat64(float64(topP)), new(big.Rat).SetInt(total))
+		target := new(big.Int).Quo(t.Num(), t.Denom())
+		if new(big.Rat).SetInt(target).Cmp(t) < 0 {
+			target.Add(target, big.NewInt(1))
+		}
+		acc := new(big.Int)
+		for i, id := range order {
+			if acc.Add(acc, new(big.Int).SetUint64(massOf(prob(l[id], mx, invT)))); acc.Cmp(target) >= 0 {
+				n = i + 1
+				break
+			}
+		}
+	}
+	best, win := float32(0), int32(-1)
+	for _, id := range order[:n] {
+		if p := prob(l[id], mx, invT); p == 0 || p < minP {
+			continue
+		}
+		score := l[id]/temp + GumbelNoise(seed, step, int(id))
+		if win < 0 || score > best || score == best && id < win {
+			best, win = score, id
+		}
+	}
+	return win
+}
+
+// TestSampleNucleus: SampleNucleus against refNucleus on logits with many
+// ties (a few levels, so that the cut often falls inside a run of equal
+// logits), non-finite values, ±0, flat and peaked rows, at every setting
+// over many steps; and its errors.
+func TestSampleNucleus(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	inf := float32(math.Inf(1))
+	negZero := float32(math.Copysign(0, -1))
+	for trial := range 400 {
+		n := []int{1, 2, 7, 64, 500, 3000, 20000}[trial%7]
+		l := make([]float32, n)
+		levels := 1 + r.IntN(40)
+		scale := []float32{0.37, 0.001, 3, 1e-30}[r.IntN(4)]
+		for i := range l {
+			switch x := r.IntN(100); {
+			case x < 3:
+				l[i] = -inf
+			case x < 5:
+				l[i] = float32(math.NaN())
+			case x == 5 && trial%11 == 0:
+				l[i] = inf
+			case x == 6:
+				l[i] = negZero
+			case x == 7:
+				l[i] = 0
+			case trial%3 == 0:
+				l[i] = float32(r.NormFloat64() * 2)
+			default:
+				l[i] = float32(r.IntN(levels))*scale - 3*scale
+			}
+		}
+		temp := []float32{0.05, 0.8, 1, 2.5, 100}[r.IntN(5)]
+		topP := []float32{1, 0.95, 0.5, 0.1, 1e-9, 0.9999999}[r.IntN(6)]
+		minP := []float32{0, 0.05, 0.5, 1}[r.IntN(4)]
+		for step := range uint64(6) {
+			want := refNucleus(l, temp, topP, minP, 5, step)
+			got, err := SampleNucleus(l, temp, topP, minP, 5, step)
+			if want < 0 {
+				if !errors.Is(err, ErrNoCandidates) {
+					t.Fatalf("trial %d: every logit non-finite: %d, %v", trial, got, err)
+				}
+				continue
+			}
+			if err != nil || got != want {
+				t.Fatalf("trial %d (n %d, T %v, top-p %v, min-p %v) step %d: SampleNucleus = %d, %v; reference %d",
+					trial, n, temp, topP, minP, step, got, err, want)
+			}
+		}
+	}
+	l := []float32{1, 2, 3}
+	for _, c := range []struct{ temp, topP, minP float32 }{
+		{0, 0.9, 0}, {float32(math.Inf(1)), 0.9, 0}, {float32(math.NaN()), 0.9, 0}, {1, 0, 0}, {1, 1.5, 0},
+		{1, 0.9, -0.1}, {1, 0.9, 2}, {1, float32(math.NaN()), 0}, {1, 0.9, float32(math.NaN())},
+	} {
+		if _, err := SampleNucleus(l, c.temp, c.topP, c.minP, 1, 0); err == nil || errors.Is(err, ErrNoCandidates) {
+			t.Errorf("%+v: err %v, want a parameter error", c, err)
+		}
+	}
+	if _, err := SampleNucleus(nil, 1, 0.9, 0, 1, 0); err == nil {
+		t.Error("no logits: no error")
+	}
+	if _, err := SampleNucleus([]float32{float32(math.NaN()), float32(math.Inf(-1))}, 1, 0.9, 0, 1, 0); !errors.Is(err, ErrNoCandidates) {
+		t.Errorf("no finite logit: %v, want ErrNoCandidates", err)
+	}
+}
+
+// TestNucleusCutTies: the cut inside a run of equal logits keeps the
+// lowest ids of the run, as many as reach the target.
+func TestNucleusCutTies(t *testing.T) {
+	// Ten equal logits after one large one: masses 2⁴⁰ and ten of q.
+	l := []float32{0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}
+	invT := 1.0
+	q := massOf(prob(0, 5, invT))
+	total := 1<<massShift + 10*q
+	for _, topP := range []float32{0.5, 0.9, 0.95, 0.99, 0.999} {
+		c := findCut(l, 5, invT, topP)
+		target := nucleusTarget(topP, total)
+		want := uint64(0)
+		if target > 1<<massShift {
+			want = (target - 1<<massShift + q - 1) / q
+		}
+		if want == 0 {
+			if c.key != rankKey(5) || c.n != 1 {
+				t.Errorf("top-p %v: cut %+v, want the largest alone", topP, c)
+			}
+			continue
+		}
+		if c.key != rankKey(0) || c.n != want {
+			t.Errorf("top-p %v: cut %+v, want key %#x and %d ties", topP, c, rankKey(0), want)
+		}
+	}
+}
+
+// TestNucleusTarget: ⌈topP·total⌉ against exact rationals, for top-p's
+// of every exponent (subnormals among them) and totals up to 2⁶¹.
+func TestNucleusTarget(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	check := func(topP float32, total uint64) {
+		t.Helper()
+		x := new(big.Rat).Mul(new(big.Rat).SetFloat64(float64(topP)), new(big.Rat).SetInt(new(big.Int).SetUint64(total)))
+		want := new(big.Int).Quo(x.Num(), x.Denom())
+		if new(big.Rat).SetInt(want).Cmp(x) < 0 {
+			want.Add(want, big.NewInt(1))
+		}
+		if got := nucleusTarget(topP, total); !want.IsUint64() || got != want.Uint64() {
+			t.Fatalf("nucleusTarget(%v, %d) = %d, want %v", topP, total, got, want)
+		}
+	}
+	for range 20000 {
+		topP := math.Float32frombits(r.Uint32N(math.Float32bits(1)))
+		if topP == 0 {
+			continue
+		}
+		total := r.Uint64N(1<<61) + 1
+		if r.IntN(4) == 0 {
+			total = r.Uint64N(1000) + 1
+		}
+		check(topP, total)
+	}
+	for _, topP := range []float32{math.SmallestNonzeroFloat32, 0.5, math.Nextafter32(1, 0), 1e-20, 0.95} {
+		for _, total := range []uint64{1, 2, 3, 1 << 40, 1<<61 - 1, 1 << 61} {
+			check(topP, total)
+		}
+	}
+}
+
+// TestRankKey: keys order finite logits as float comparison does, with -0
+// and +0 equal, and keyLogit inverts them.
+func TestRankKey(t *testing.T) {
+	vals := []float32{float32(math.Inf(-1)), -math.MaxFloat32, -3, -1e-30, -math.SmallestNonzeroFloat32,
+		float32(math.Copysign(0, -1)), 0, math.SmallestNonzeroFloat32, 1e-30, 1, 3, math.MaxFloat32, float32(math.Inf(1))}
+	for i, a := range vals {
+		for j, b := range vals {
+			ka, kb := rankKey(a), rankKey(b)
+			if (a < b) != (ka < kb) || (a == b) != (ka == kb) {
+				t.Errorf("rankKey(%v) = %#x, rankKey(%v) = %#x: order %d, %d", a, ka, b, kb, i, j)
+			}
+		}
+		if got := keyLogit(rankKey(a)); got != a {
+			t.Errorf("keyLogit(rankKey(%v)) = %v", a, got)
+		}
+	}
+}
