@@ -66,11 +66,11 @@ type exec struct {
 	cfg           launchConfig
 	attr          launchAttr
 
-	draw  *drawState // device draws (sample.go), set up on first use
+	draw *drawState // device draws (sample.go), set up on first use
 	// drawOut is the output of the draws staged last (outDrawn or
 	// outNucleus, drawOut).
 	drawOut int
-	chain chain      // decode steps queued ahead of the host (chain.go)
+	chain   chain // decode steps queued ahead of the host (chain.go)
 
 	alpha, beta float32  // cuBLAS scalars, read through pointers
 	sys         callArgs // arguments of the replay's driver calls
