@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // Counter-based Gumbel noise for sampling by Gumbel-max on a device.
@@ -42,11 +43,32 @@ func mix(z uint64) uint64 {
 func stepKey(seed, step uint64) uint64 { return mix(mix(seed+gamma) + (step+1)*gamma) }
 
 // gumbelAt is the noise of token i under a step key.
-func gumbelAt(skey uint64, i int) float32 {
-	h := mix(skey + (uint64(i)+1)*gamma)
+func gumbelAt(skey uint64, i int) float32 { return gumbelOf(tokenHash(skey, i)) }
+
+// tokenHash is the hash h of token i under a step key.
+func tokenHash(skey uint64, i int) uint64 { return mix(skey + (uint64(i)+1)*gamma) }
+
+// gumbelOf is the noise of hash h.
+func gumbelOf(h uint64) float32 {
 	u := (float64(h>>11) + 0.5) * 0x1p-53
 	return float32(-math.Log(-math.Log(u)))
 }
+
+// mayReach reports whether a token of hash h and scaled logit vT can score
+// best or more, by a bound that needs no logarithm, so that a draw over a
+// vocabulary takes the two logarithms of only the few tokens that pass.
+// With u = 1 - δ, -log u >= δ, so g = -log(-log u) <= -log δ <= -E·ln 2,
+// where E = ⌊log₂ δ⌋ is read off the bits of δ = N·2⁻⁵⁴ (N = 2⁵⁴ - 2k - 1
+// for k = h >> 11, so that u = (k + ½)·2⁻⁵³). The margin covers the
+// score's float32 roundings many times over.
+func mayReach(h uint64, vT, best float32) bool {
+	n := 1<<54 - 2*(h>>11) - 1
+	gmax := float32(55-bits.Len64(n)) * math.Ln2
+	margin := 1e-6 * (abs32(vT) + abs32(best) + 40)
+	return vT+gmax+margin >= best
+}
+
+func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
 
 // GumbelNoise returns the standard Gumbel noise of token i at generation
 // step step of the stream seed (see the formula above).
@@ -81,7 +103,11 @@ func SampleGumbel(logits []float32, temperature float32, seed, step uint64) (int
 		if !(v > negInf) {
 			continue
 		}
-		if score := v/temperature + gumbelAt(skey, i); score > best || id < 0 {
+		vT, h := v/temperature, tokenHash(skey, i)
+		if id >= 0 && !mayReach(h, vT, best) {
+			continue
+		}
+		if score := vT + gumbelOf(h); score > best || id < 0 {
 			best, id = score, int32(i)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -204,6 +205,60 @@ func TestDeviceDraws(t *testing.T) {
 	if s, _ := New(Params{Temperature: 1, TopK: 1000, TopP: 1}, len(l)); s != nil {
 		if d, ok := s.Device(); !ok || d.TopK != 0 {
 			t.Errorf("TopK ≥ vocab with TopP 1 should be plain: %+v %v", d, ok)
+		}
+	}
+}
+
+// TestGumbelPruning: SampleGumbel, which takes the logarithms only of the
+// tokens that mayReach the best score so far, draws what the plain
+// argmax of every score draws, at temperatures where the noise dominates
+// and where the logits do, with ties, ±Inf and NaN; and mayReach never
+// rules out a score that reaches the best.
+func TestGumbelPruning(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for trial := range 200 {
+		n := []int{1, 3, 100, 5000}[trial%4]
+		l := make([]float32, n)
+		levels := 1 + r.IntN(50)
+		for i := range l {
+			switch x := r.IntN(100); {
+			case x < 2:
+				l[i] = negInf
+			case x < 4:
+				l[i] = nan
+			case x == 4 && trial%9 == 0:
+				l[i] = inf
+			case trial%2 == 0:
+				l[i] = float32(r.NormFloat64() * 3)
+			default:
+				l[i] = float32(r.IntN(levels)) * 0.25
+			}
+		}
+		temp := []float32{1e-3, 0.3, 1, 10, 1e4}[r.IntN(5)]
+		for step := range uint64(4) {
+			want, best := int32(-1), float32(0)
+			for i, v := range l {
+				if !(v > negInf) {
+					continue
+				}
+				score := v/temp + GumbelNoise(9, step, i)
+				if want >= 0 && !(score < best) && !mayReach(tokenHash(stepKey(9, step), i), v/temp, best) {
+					t.Fatalf("mayReach ruled out score %v against best %v", score, best)
+				}
+				if want < 0 || score > best {
+					want, best = int32(i), score
+				}
+			}
+			got, err := SampleGumbel(l, temp, 9, step)
+			if want < 0 {
+				if !errors.Is(err, ErrNoCandidates) {
+					t.Fatalf("trial %d: %d, %v; want ErrNoCandidates", trial, got, err)
+				}
+				continue
+			}
+			if err != nil || got != want {
+				t.Fatalf("trial %d (n %d, T %v) step %d: SampleGumbel = %d, %v; every score's argmax %d", trial, n, temp, step, got, err, want)
+			}
 		}
 	}
 }

@@ -51,51 +51,168 @@ func SampleNucleus(logits []float32, temperature, topP, minP float32, seed, step
 	if top < 0 {
 		return 0, ErrNoCandidates
 	}
-	mx, invT := logits[top], 1/float64(temperature)
-	cut := nucleusCut{all: true}
-	if topP < 1 {
-		cut = findCut(logits, mx, invT, topP)
+	n := nucleusDraw{l: logits, mx: logits[top], invT: 1 / float64(temperature), t: temperature, minP: minP,
+		skey: stepKey(seed, step), id: -1}
+	if topP >= 1 {
+		for i := range logits {
+			n.offer(i, true)
+		}
+	} else {
+		n.cutAndDraw(topP)
 	}
-	skey := stepKey(seed, step)
-	negInf := float32(math.Inf(-1))
-	best, id := float32(0), int32(-1)
-	ties := uint64(0)
-	for i, v := range logits {
-		if !(v > negInf) {
-			continue
-		}
-		if !cut.all {
-			k := rankKey(v)
-			if k < cut.key {
-				continue
-			}
-			if k == cut.key {
-				// Ties at the cut keep the lowest ids: the first n met.
-				if ties++; ties > cut.n {
-					continue
-				}
-			}
-		}
-		if p := prob(v, mx, invT); p == 0 || p < minP {
-			continue
-		}
-		// Tokens run by id, so a tie of scores keeps the first.
-		if score := v/temperature + gumbelAt(skey, i); id < 0 || score > best {
-			best, id = score, int32(i)
-		}
-	}
-	if id < 0 {
+	if n.id < 0 {
 		// Only min-p can drop every token, and it never drops mx's (p = 1).
 		return 0, ErrNoCandidates
 	}
-	return id, nil
+	return n.id, nil
+}
+
+// nucleusDraw is SampleNucleus's draw in progress: the best score so far
+// and its token.
+type nucleusDraw struct {
+	l        []float32
+	mx       float32
+	invT     float64
+	t, minP  float32
+	skey     uint64
+	best     float32
+	id       int32
+	hist     [1 << 11]uint64
+	inBucket [2048]int32 // the tokens of the cut's first digit, while they fit
+}
+
+// offer considers token i for the draw: any finite logit whose
+// probability is not 0 and not below min-p (needP: with a cut, tokens
+// above it have p > 0, so min-p alone asks for p).
+func (n *nucleusDraw) offer(i int, needP bool) {
+	v := n.l[i]
+	if !(v > float32(math.Inf(-1))) {
+		return
+	}
+	if needP || n.minP > 0 {
+		if p := prob(v, n.mx, n.invT); p == 0 || p < n.minP {
+			return
+		}
+	}
+	vT, h := v/n.t, tokenHash(n.skey, i)
+	if n.id >= 0 && !mayReach(h, vT, n.best) {
+		return
+	}
+	if score := vT + gumbelOf(h); n.id < 0 || score > n.best || score == n.best && int32(i) < n.id {
+		n.best, n.id = score, int32(i)
+	}
+}
+
+// digit finds, in hist, the digit of d.bits bits where the masses from the
+// largest digit down reach left, and returns it with what is left of left
+// within it.
+func (n *nucleusDraw) digit(bits uint, left uint64) (uint32, uint64) {
+	d := 1<<bits - 1
+	for ; d > 0 && n.hist[d] < left; d-- {
+		left -= n.hist[d]
+	}
+	return uint32(d), left
+}
+
+// cutAndDraw finds top-p's cut by a radix selection (sample.cu's
+// nucleus_pass) and draws among the tokens it keeps, in three passes over
+// the logits: the first digit's masses; the second digit's masses of the
+// tokens within the first, listed while they fit, with the tokens above
+// the first digit drawn from on the way; then the third digit over that
+// list (or every token, if it overflowed) and the draw from the rest.
+func (n *nucleusDraw) cutAndDraw(topP float32) {
+	l, mx, fmx := n.l, n.mx, float64(n.mx)
+	d0, d1, d2 := nucleusDigits[0], nucleusDigits[1], nucleusDigits[2]
+	for _, v := range l {
+		// prob's arithmetic, written out for speed.
+		x := (float64(v) - fmx) * n.invT
+		if !(x >= underflow) && v != mx { // NaN, -Inf and what underflows
+			continue
+		}
+		q := uint64(1 << massShift)
+		if v != mx {
+			q = massOf(expNeg(x))
+		}
+		n.hist[rankKey(v)>>d0.shift] += q
+	}
+	total := uint64(0)
+	for _, q := range n.hist {
+		total += q
+	}
+	first, left := n.digit(d0.bits, nucleusTarget(topP, total))
+
+	clear(n.hist[:])
+	listed, over := 0, false
+	negInf := float32(math.Inf(-1))
+	for i, v := range l {
+		if !(v > negInf) {
+			continue
+		}
+		switch k := rankKey(v); {
+		case k>>d0.shift > first:
+			n.offer(i, false)
+		case k>>d0.shift == first:
+			n.hist[k>>d1.shift&(1<<d1.bits-1)] += massOf(prob(v, mx, n.invT))
+			if listed < len(n.inBucket) {
+				n.inBucket[listed] = int32(i)
+				listed++
+			} else {
+				over = true
+			}
+		}
+	}
+	second, left := n.digit(d1.bits, left)
+
+	// The tokens of the first digit, in id order.
+	bucket := func(yield func(int, uint32) bool) {
+		if !over {
+			for _, i := range n.inBucket[:listed] {
+				if !yield(int(i), rankKey(l[i])) {
+					return
+				}
+			}
+			return
+		}
+		for i, v := range l {
+			if v > negInf {
+				if k := rankKey(v); k>>d0.shift == first && !yield(i, k) {
+					return
+				}
+			}
+		}
+	}
+	prefix := first<<d1.bits | second
+	clear(n.hist[:])
+	for i, k := range bucket {
+		if k>>d2.bits == prefix {
+			n.hist[k&(1<<d2.bits-1)] += massOf(prob(l[i], mx, n.invT))
+		}
+	}
+	third, left := n.digit(d2.bits, left)
+	key := prefix<<d2.bits | third
+	// The last digit holds one key: its tokens share one logit, so one
+	// mass each; the cut keeps enough of them (the first by id) to reach
+	// what is left.
+	q := massOf(prob(keyLogit(key), mx, n.invT))
+	keep := (left + q - 1) / q
+	for i, k := range bucket {
+		switch {
+		case k > key:
+			n.offer(i, false)
+		case k == key && keep > 0:
+			keep--
+			n.offer(i, false)
+		}
+	}
 }
 
 // massShift is the binary point of top-p's integer masses: q = ⌊p·2⁴⁰⌋.
 const massShift = 40
 
-// massOf is a probability's integer mass (exact: p·2⁴⁰ is exact in float64).
-func massOf(p float32) uint64 { return uint64(float64(p) * (1 << massShift)) }
+// massOf is a probability's integer mass (exact: p·2⁴⁰ is exact in float64,
+// and below 2⁶³, so the signed conversion, cheaper than the unsigned one,
+// serves).
+func massOf(p float32) uint64 { return uint64(int64(float64(p) * (1 << massShift))) }
 
 // rankKey orders finite logits as top-p ranks them, the larger the
 // greater, -0 and +0 as one.
@@ -142,55 +259,6 @@ func nucleusTarget(topP float32, total uint64) uint64 {
 // Radix selection of top-p's cut: the keys' bits from the top in digits of
 // 11, 11 and 10 bits (sample.cu's NUC_*).
 var nucleusDigits = [3]struct{ shift, bits uint }{{21, 11}, {10, 11}, {0, 10}}
-
-// nucleusCut is where top-p ends: every finite token whose rankKey is
-// above key, and the first n (by id) of those equal to it. all: no cut.
-type nucleusCut struct {
-	all bool
-	key uint32
-	n   uint64
-}
-
-// findCut finds the cut of top-p with target ⌈topP·total⌉ by three passes
-// over the logits, each summing the masses of the tokens whose keys share
-// the prefix found so far by their next digit, from the largest digit down
-// to the one where the running mass reaches what is left of the target.
-func findCut(l []float32, mx float32, invT float64, topP float32) nucleusCut {
-	var hist [1 << 11]uint64
-	negInf := float32(math.Inf(-1))
-	prefix, left := uint32(0), uint64(0)
-	for level, d := range nucleusDigits {
-		clear(hist[:])
-		for _, v := range l {
-			if !(v > negInf) {
-				continue
-			}
-			k := rankKey(v)
-			if level > 0 && k>>(d.shift+d.bits) != prefix {
-				continue
-			}
-			if q := massOf(prob(v, mx, invT)); q > 0 {
-				hist[k>>d.shift&(1<<d.bits-1)] += q
-			}
-		}
-		if level == 0 {
-			total := uint64(0)
-			for _, q := range hist {
-				total += q
-			}
-			left = nucleusTarget(topP, total)
-		}
-		digit := 1<<d.bits - 1
-		for ; digit > 0 && hist[digit] < left; digit-- {
-			left -= hist[digit]
-		}
-		prefix = prefix<<d.bits | uint32(digit)
-	}
-	// The last digit holds one key: its tokens share one logit, so one
-	// mass each; keep enough of them to reach what is left.
-	q := massOf(prob(keyLogit(prefix), mx, invT))
-	return nucleusCut{key: prefix, n: (left + q - 1) / q}
-}
 
 // keyLogit is the logit of a rankKey.
 func keyLogit(k uint32) float32 {

@@ -123,29 +123,50 @@ func TestSampleNucleus(t *testing.T) {
 	}
 }
 
-// TestNucleusCutTies: the cut inside a run of equal logits keeps the
-// lowest ids of the run, as many as reach the target.
+// TestNucleusCutTies: a cut inside a run of equal logits keeps the lowest
+// ids of the run, as many as reach the target: one logit of 5 and ten of
+// 0 at temperature 1, where each 0 weighs e⁻⁵ of the 5, so top-p 0.95
+// keeps the 5 and the first three 0s (ids 0, 1, 2), 0.999 all ten.
 func TestNucleusCutTies(t *testing.T) {
-	// Ten equal logits after one large one: masses 2⁴⁰ and ten of q.
 	l := []float32{0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}
-	invT := 1.0
-	q := massOf(prob(0, 5, invT))
-	total := 1<<massShift + 10*q
-	for _, topP := range []float32{0.5, 0.9, 0.95, 0.99, 0.999} {
-		c := findCut(l, 5, invT, topP)
-		target := nucleusTarget(topP, total)
-		want := uint64(0)
-		if target > 1<<massShift {
-			want = (target - 1<<massShift + q - 1) / q
-		}
-		if want == 0 {
-			if c.key != rankKey(5) || c.n != 1 {
-				t.Errorf("top-p %v: cut %+v, want the largest alone", topP, c)
+	for _, c := range []struct {
+		topP float32
+		kept []int32
+	}{{0.5, []int32{3}}, {0.95, []int32{0, 1, 2, 3}}, {0.999, []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}} {
+		seen := map[int32]int{}
+		for step := range uint64(5000) {
+			id, err := SampleNucleus(l, 1, c.topP, 0, 77, step)
+			if err != nil {
+				t.Fatal(err)
 			}
-			continue
+			seen[id]++
 		}
-		if c.key != rankKey(0) || c.n != want {
-			t.Errorf("top-p %v: cut %+v, want key %#x and %d ties", topP, c, rankKey(0), want)
+		if len(seen) != len(c.kept) {
+			t.Errorf("top-p %v: drew %v, want each of %v", c.topP, seen, c.kept)
+		}
+		for _, id := range c.kept {
+			if seen[id] == 0 {
+				t.Errorf("top-p %v: drew %v, want each of %v", c.topP, seen, c.kept)
+			}
+		}
+	}
+}
+
+// TestNucleusCrowdedDigit: a first digit holding more tokens than the
+// draw lists (5,000 logits within [1, 1.25)) takes the passes over the
+// whole row, with the same draws as the reference.
+func TestNucleusCrowdedDigit(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	l := make([]float32, 5000)
+	for i := range l {
+		l[i] = 1 + float32(r.IntN(3000))*1e-5
+	}
+	for _, topP := range []float32{0.9, 0.5, 0.01} {
+		for step := range uint64(20) {
+			want := refNucleus(l, 0.05, topP, 0, 3, step)
+			if got, err := SampleNucleus(l, 0.05, topP, 0, 3, step); err != nil || got != want {
+				t.Fatalf("top-p %v, step %d: SampleNucleus = %d, %v; reference %d", topP, step, got, err, want)
+			}
 		}
 	}
 }
