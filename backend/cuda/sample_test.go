@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/engine"
@@ -390,8 +391,30 @@ func TestDrawCost(t *testing.T) {
 			if r := e.be.drv.cuCtxSynchronize(); r != 0 {
 				t.Fatal(e.be.drv.err(r))
 			}
-			runtime.UnlockOSThread()
 			t.Logf("chunk %d, %+v: %.1f µs a draw", chunk, s, float64(time.Since(start).Microseconds())/n)
+			if s.Nucleus() {
+				// Each launch of a nucleus draw alone: nucleus_max, the
+				// passes, draw.
+				ds, c := e.draw, &e.sys
+				for k, fn := range append(ds.nucFns[:], ds.fn) {
+					params := uintptr(unsafe.Pointer(&ds.params[0]))
+					if k < len(ds.nucFns) {
+						params = uintptr(unsafe.Pointer(&ds.nucParams[k][0]))
+					}
+					start := time.Now()
+					for range n {
+						*c = callArgs{fn, uintptr(ds.chunks), 1, 1, drawThreads, 1, 1, 0, e.stream, params, 0}
+						if r := c.call(e.be.drv.launchKernel, 11); r != 0 {
+							t.Fatal(e.be.drv.err(r))
+						}
+					}
+					if r := e.be.drv.cuCtxSynchronize(); r != 0 {
+						t.Fatal(e.be.drv.err(r))
+					}
+					t.Logf("    launch %d alone: %.1f µs", k, float64(time.Since(start).Microseconds())/n)
+				}
+			}
+			runtime.UnlockOSThread()
 		}
 		x.Close()
 	}
