@@ -202,10 +202,10 @@ func TestLayerOf(t *testing.T) {
 
 // TestDeviceDraws: requests whose sampling a device can do (greedy, a
 // temperature alone, or with a top-k of at most 64 and any top-p and
-// min-p, or with top-p or min-p and no top-k) are drawn there, and give
-// the same tokens as on the CPU for the
+// min-p, or with top-p or min-p and no top-k, and penalties over a short
+// window) are drawn there, and give the same tokens as on the CPU for the
 // same seed, alone or batched with requests that need the logits on the
-// host (a repeat penalty, log-probabilities).
+// host (log-probabilities).
 func TestDeviceDraws(t *testing.T) {
 	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
 	plain := []GenerateOption{WithTemperature(0.9), WithTopK(0), WithTopP(1), WithMinP(0), WithSeed(11), WithMaxTokens(48)}
@@ -256,7 +256,13 @@ func TestDeviceDraws(t *testing.T) {
 	before = f.draws()
 	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", chain...))
 	same("a penalty alone", got, wantChain)
-	_, _, _ = collect(t, m.Generate(context.Background(), "Once upon a time", append(plain, WithLogprobs(2))...))
+	if f.draws() == before {
+		t.Error("a request with a repeat penalty was not drawn on the device")
+	}
+	before = f.draws()
+	withLogprobs := append(slices.Clone(chain), WithLogprobs(2))
+	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", withLogprobs...))
+	same("a penalty with log-probabilities", got, wantChain)
 	if f.draws() != before {
 		t.Errorf("the device drew %d tokens for requests that need the logits", f.draws()-before)
 	}
@@ -278,13 +284,13 @@ func TestDeviceDraws(t *testing.T) {
 	var errPlain, errChain error
 	wg.Add(2)
 	go func() { defer wg.Done(); ids(plain, &gotPlain, &errPlain) }()
-	go func() { defer wg.Done(); ids(chain, &gotChain, &errChain) }()
+	go func() { defer wg.Done(); ids(withLogprobs, &gotChain, &errChain) }()
 	wg.Wait()
 	if errPlain != nil || errChain != nil {
 		t.Fatal(errPlain, errChain)
 	}
-	same("plain beside a penalty", gotPlain, wantPlain)
-	same("a penalty beside plain", gotChain, wantChain)
+	same("plain beside log-probabilities", gotPlain, wantPlain)
+	same("log-probabilities beside plain", gotChain, wantChain)
 	// BatchGenerate draws on the device too.
 	before = f.draws()
 	res, err := m.BatchGenerate(context.Background(), []string{"Once upon a time", "Once upon a time"}, plain...)
@@ -559,6 +565,9 @@ func TestPipelinedGeneration(t *testing.T) {
 		{"top-k, top-p, min-p", "Once upon a time", []GenerateOption{WithTemperature(0.8), WithTopK(40), WithTopP(0.95), WithMinP(0.05),
 			WithSeed(7), WithMaxTokens(40)}},
 		{"top-p alone", "Once upon a time", []GenerateOption{WithTemperature(1), WithTopK(0), WithTopP(0.9), WithSeed(8), WithMaxTokens(40)}},
+		{"repeat penalty", "Once upon a time", []GenerateOption{WithTemperature(0.7), WithTopK(40), WithRepeatPenalty(1.5), WithSeed(9),
+			WithMaxTokens(90)}},
+		{"greedy, repeat penalty", "Lily", []GenerateOption{WithTemperature(0), WithRepeatPenalty(1.3), WithMaxTokens(90)}},
 	}
 	want := make([]result, len(cases))
 	for i, c := range cases {

@@ -257,15 +257,33 @@ type Viewer interface {
 // or, with no TopK but a top-p or a min-p (Nucleus) and a Temperature,
 // sample.SampleNucleus(logits, Temperature, TopP, MinP, Seed, Step) (a
 // TopP of 0 read as 1).
+//
+// With penalties (Window > 0 and a RepeatPenalty other than 0 or 1, or a
+// PresencePenalty or FrequencyPenalty), the logits of the tokens of Recent
+// (the last at most Window tokens of the row's history, oldest first) are
+// penalised first as sample.Draw.Sample does; a Pipeliner's IssueNext
+// appends each row's draw to its window.
 type Sampling struct {
 	Temperature float32
 	TopK        int     // 0, or 1 to MaxTopK
 	TopP, MinP  float32 // top-p in [0, 1] (0 and 1 are off; with a TopK, in (0, 1]), min-p in [0, 1] (0 is off)
-	Seed, Step  uint64
+	// RepeatPenalty is positive or 0 (off, as 1); the others finite.
+	RepeatPenalty, PresencePenalty, FrequencyPenalty float32
+	Window                                           int     // 0 to MaxWindow
+	Recent                                           []int32 // at most Window tokens
+	Seed, Step                                       uint64
 }
 
 // MaxTopK is the largest Sampling.TopK (sample.MaxDrawTopK).
 const MaxTopK = 64
+
+// MaxWindow is the largest Sampling.Window (sample.MaxDrawWindow).
+const MaxWindow = 256
+
+// Penalizes reports whether s applies penalties.
+func (s Sampling) Penalizes() bool {
+	return s.Window > 0 && (s.RepeatPenalty != 0 && s.RepeatPenalty != 1 || s.PresencePenalty != 0 || s.FrequencyPenalty != 0)
+}
 
 // Nucleus reports whether s is a sample.SampleNucleus draw.
 func (s Sampling) Nucleus() bool {
@@ -285,6 +303,15 @@ func (s Sampling) Check() error {
 		return fmt.Errorf("top-p %v outside [0, 1]", s.TopP)
 	case !(s.MinP >= 0 && s.MinP <= 1):
 		return fmt.Errorf("min-p %v outside [0, 1]", s.MinP)
+	case !(s.RepeatPenalty >= 0) || s.RepeatPenalty > math.MaxFloat32:
+		return fmt.Errorf("repeat penalty %v, want 0 (off) or a positive finite value", s.RepeatPenalty)
+	case math.IsNaN(float64(s.PresencePenalty)) || math.IsInf(float64(s.PresencePenalty), 0) ||
+		math.IsNaN(float64(s.FrequencyPenalty)) || math.IsInf(float64(s.FrequencyPenalty), 0):
+		return fmt.Errorf("presence penalty %v, frequency penalty %v: want finite values", s.PresencePenalty, s.FrequencyPenalty)
+	case s.Window < 0 || s.Window > MaxWindow:
+		return fmt.Errorf("penalty window %d outside [0, %d]", s.Window, MaxWindow)
+	case len(s.Recent) > s.Window:
+		return fmt.Errorf("a penalty window of %d holding %d tokens", s.Window, len(s.Recent))
 	}
 	return nil
 }

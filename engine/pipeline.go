@@ -16,11 +16,15 @@ import (
 
 // issued is a decode step issued and not yet handed out.
 type issued struct {
-	slots  []int32            // the rows' cache slots
-	pos    []int32            // the position each row was fed at
-	s      []backend.Sampling // the rows' draws
-	draws  []int32            // the draws, once landed
-	landed bool               // draws hold the step's draws (or err its failure)
+	slots []int32            // the rows' cache slots
+	pos   []int32            // the position each row was fed at
+	s     []backend.Sampling // the rows' draws
+	// win holds the rows' penalty windows (s[i].Recent), copied: the
+	// step after it, where the backend does not queue steps, draws over
+	// them and the draw.
+	win    [][]int32
+	draws  []int32 // the draws, once landed
+	landed bool    // draws hold the step's draws (or err its failure)
 	err    error
 	// chained says the step after this one was issued by IssueNext, so
 	// its rows were fed these draws: landing records them as held.
@@ -60,6 +64,10 @@ func (m *Model) IssueSampled(seqs []*Sequence, tokens []int32, s []backend.Sampl
 		}
 		e := p.push(len(seqs))
 		copy(e.s, s)
+		for i, x := range s {
+			e.win[i] = append(e.win[i][:0], x.Recent...)
+			e.s[i].Recent = e.win[i]
+		}
 		e.fill(seqs)
 		var err error
 		if p.pipeliner != nil {
@@ -109,6 +117,17 @@ func (m *Model) IssueNext() error {
 	for i := range e.s {
 		e.s[i] = prev.s[i]
 		e.s[i].Step++
+		// The window the step's draw sees: the one before, and the token
+		// fed (the device keeps its own).
+		e.win[i] = append(e.win[i][:0], prev.s[i].Recent...)
+		if p.pipeliner == nil && prev.s[i].Penalizes() {
+			w := append(e.win[i], prev.draws[i])
+			if over := len(w) - e.s[i].Window; over > 0 {
+				w = w[:copy(w, w[over:])] // in place, so the buffer keeps its room
+			}
+			e.win[i] = w
+		}
+		e.s[i].Recent = e.win[i]
 	}
 	e.fill(p.seqs)
 	for _, s := range p.seqs {
@@ -225,10 +244,14 @@ func (p *pipeline) push(rows int) *issued {
 	p.last = (p.head + p.n) % len(p.ring)
 	e := &p.ring[p.last]
 	if cap(e.draws) < rows {
-		*e = issued{slots: make([]int32, rows), pos: make([]int32, rows), s: make([]backend.Sampling, rows), draws: make([]int32, rows)}
+		*e = issued{slots: make([]int32, rows), pos: make([]int32, rows), s: make([]backend.Sampling, rows), draws: make([]int32, rows),
+			win: make([][]int32, rows)}
+		for i := range e.win {
+			e.win[i] = make([]int32, 0, backend.MaxWindow+1) // room for a window and the draw
+		}
 	}
 	e.landed, e.err, e.chained = false, nil, false
-	e.slots, e.pos, e.s, e.draws = e.slots[:rows], e.pos[:rows], e.s[:rows], e.draws[:rows]
+	e.slots, e.pos, e.s, e.draws, e.win = e.slots[:rows], e.pos[:rows], e.s[:rows], e.draws[:rows], e.win[:rows]
 	p.n++
 	return e
 }

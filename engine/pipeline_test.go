@@ -58,24 +58,31 @@ func prefilled(t *testing.T, m *Model, prompts [][]int32) ([]*Sequence, []int32)
 // a step runs only when its draws are waited for); and the slots' caches
 // are then known to hold the tokens fed, for a later prompt to keep.
 func TestPipelinedDecode(t *testing.T) {
-	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}, {60, 61}}
+	prompts := [][]int32{{5, 9, 200, 17}, {7, 8}, {300, 301, 302}, {60, 61, 62, 63}}
+	// The last row penalises a window of 3 tokens, which the steps' draws
+	// pass through: each step's window is the history's last 3. A negative
+	// presence penalty favours the window's tokens, so that the draws
+	// depend on which they are.
 	samplings := []backend.Sampling{{Temperature: 0}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: 7}, {Temperature: 1.5, Seed: 9, Step: 3},
-		{Temperature: 0.9, TopP: 0.8, MinP: 0.02, Seed: 5}}
+		{Temperature: 0.7, RepeatPenalty: 1.5, PresencePenalty: -30, FrequencyPenalty: 0.5, Window: 3, Recent: []int32{61, 62, 63}, Seed: 5}}
 	const steps = 9
 	start := func(m *Model) ([]*Sequence, []int32) { return prefilled(t, m, prompts) }
 	ref := loadFixture(t, "llama3-tiny", Options{Context: 64, Slots: 4, MaxBatch: 8})
 	seqs, toks := start(ref)
 	first := slices.Clone(toks)
 	var want [][]int32
+	history := slices.Clone(prompts[3])
 	for step := range steps {
 		s := slices.Clone(samplings)
 		for i := range s {
 			s[i].Step += uint64(step)
 		}
+		s[3].Recent = history[len(history)-3:]
 		if err := ref.StepSampled(seqs, toks, s, toks); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, slices.Clone(toks))
+		history = append(history, toks[3])
 	}
 	pipelining := &testmodel.Pipelining{Backend: cpu.New(2)}
 	for _, c := range []struct {

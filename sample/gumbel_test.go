@@ -1,12 +1,15 @@
 package sample
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -139,18 +142,27 @@ func TestGumbelMatchesCUDA(t *testing.T) {
 // TestDeviceDraws: a plain chain reports Device parameters, draws exactly
 // as SampleGumbel with the draw count as step, and Advance skips a draw
 // made elsewhere; so does a top-k chain, as SampleTopK, and a top-p or
-// min-p chain without a top-k, as SampleNucleus; any bias or penalty, or a
-// top-k above MaxDrawTopK, makes it host-only.
+// min-p chain without a top-k, as SampleNucleus, each also with penalties
+// over a window of at most MaxDrawWindow tokens (Recent, the history's
+// last Window tokens); a bias, a penalty over a longer window or the whole
+// history, or a top-k above MaxDrawTopK, makes it host-only.
 func TestDeviceDraws(t *testing.T) {
 	l := make([]float32, 300)
 	for i := range l {
 		l[i] = float32(i%17) / 4
+	}
+	history := make([]int32, 100)
+	for i := range history {
+		history[i] = int32(i*7%40 + 10) // repeats, so counts above 1
 	}
 	for _, p := range []Params{
 		{Temperature: 0}, {Temperature: 0.7}, {Temperature: 1.5},
 		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05}, {Temperature: 1.2, TopK: MaxDrawTopK}, {Temperature: 0.5, TopK: 1},
 		{Temperature: 1, TopP: 0.9}, {Temperature: 0.8, MinP: 0.05}, {Temperature: 0.7, TopP: 0.5, MinP: 0.1},
 		{Temperature: 1, TopK: 1000, TopP: 0.9},
+		{Temperature: 0, RepeatPenalty: 1.3}, {Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1},
+		{Temperature: 1, TopP: 0.9, PresencePenalty: 0.5, FrequencyPenalty: 0.3, PenaltyWindow: 20},
+		{Temperature: 1, FrequencyPenalty: -0.5, PenaltyWindow: MaxDrawWindow},
 	} {
 		p.Seed = 42
 		s, err := New(p, len(l))
@@ -158,54 +170,73 @@ func TestDeviceDraws(t *testing.T) {
 			t.Fatal(err)
 		}
 		for step := range uint64(20) {
-			d, ok := s.Device()
+			d, ok := s.Device(history)
 			want := Draw{Temperature: p.Temperature, Seed: 42, Step: step}
-			if pe := s.Params(); pe.Temperature > 0 && (pe.TopK > 0 || pe.TopP < 1 || pe.MinP > 0) {
+			pe := s.Params()
+			if pe.Temperature > 0 && (pe.TopK > 0 || pe.TopP < 1 || pe.MinP > 0) {
 				want.TopK, want.TopP, want.MinP = pe.TopK, pe.TopP, pe.MinP
 			}
-			if !ok || d != want {
+			if pe.RepeatPenalty != 1 || pe.PresencePenalty != 0 || pe.FrequencyPenalty != 0 {
+				want.RepeatPenalty, want.PresencePenalty, want.FrequencyPenalty = pe.RepeatPenalty, pe.PresencePenalty, pe.FrequencyPenalty
+				want.Window = cmp.Or(pe.PenaltyWindow, DefaultPenaltyWindow)
+				want.Recent = history[len(history)-min(want.Window, len(history)):]
+			}
+			if !ok || !reflect.DeepEqual(d, want) {
 				t.Fatalf("%+v step %d: Device() = %+v %v, want %+v", p, step, d, ok, want)
 			}
+			before := slices.Clone(l)
 			id, err := d.Sample(l)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !slices.Equal(before, l) {
+				t.Fatalf("%+v: Draw.Sample left the logits changed", p)
 			}
 			if step%3 == 2 {
 				s.Advance() // drawn on a device
 				continue
 			}
-			if got, err := s.Sample(l, nil); err != nil || got != id {
+			if got, err := s.Sample(l, history); err != nil || got != id {
 				t.Fatalf("%+v step %d: Sample = %d, %v; the device's draw %d", p, step, got, err, id)
 			}
 		}
 		s.Reset()
-		if d, _ := s.Device(); d.Step != 0 {
+		if d, _ := s.Device(history); d.Step != 0 {
 			t.Errorf("Reset left step %d", d.Step)
 		}
 	}
 	for _, p := range []Params{
-		{Temperature: 1, TopK: MaxDrawTopK + 1}, {Temperature: 1, TopK: MaxDrawTopK + 1, TopP: 0.9}, {Temperature: 1, TopP: 0.9, RepeatPenalty: 1.1},
-		{Temperature: 1, MinP: 0.05, LogitBias: map[int32]float32{3: 1}}, {Temperature: 1, RepeatPenalty: 1.1}, {Temperature: 0, PresencePenalty: 0.5}, {Temperature: 1, LogitBias: map[int32]float32{3: 1}},
-		{Temperature: 1, TopK: 40, RepeatPenalty: 1.1},
+		{Temperature: 1, TopK: MaxDrawTopK + 1}, {Temperature: 1, TopK: MaxDrawTopK + 1, TopP: 0.9},
+		{Temperature: 1, MinP: 0.05, LogitBias: map[int32]float32{3: 1}}, {Temperature: 0, LogitBias: map[int32]float32{3: 1}},
+		{Temperature: 1, RepeatPenalty: 1.1, PenaltyWindow: -1}, {Temperature: 1, RepeatPenalty: 1.1, PenaltyWindow: MaxDrawWindow + 1},
 	} {
 		s, err := New(p, len(l))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := s.Device(); ok {
+		if _, ok := s.Device(history); ok {
 			t.Errorf("%+v: Device() ok for a chain the device cannot draw", p)
 		}
 	}
 	// Greedy ignores truncation; TopK ≥ vocab and TopP 1 are off.
 	if s, _ := New(Params{Temperature: 0, TopK: 40, TopP: 0.9, MinP: 0.05}, len(l)); s != nil {
-		if d, ok := s.Device(); !ok || d.TopK != 0 {
+		if d, ok := s.Device(nil); !ok || d.TopK != 0 {
 			t.Errorf("greedy with truncation should be plain: %+v %v", d, ok)
 		}
 	}
 	if s, _ := New(Params{Temperature: 1, TopK: 1000, TopP: 1}, len(l)); s != nil {
-		if d, ok := s.Device(); !ok || d.TopK != 0 {
+		if d, ok := s.Device(nil); !ok || d.TopK != 0 {
 			t.Errorf("TopK ≥ vocab with TopP 1 should be plain: %+v %v", d, ok)
 		}
+	}
+	// A window token outside the vocabulary is an error, not a panic.
+	d := Draw{Temperature: 1, RepeatPenalty: 1.1, Window: 4, Recent: []int32{1, 300}}
+	if _, err := d.Sample(l); err == nil {
+		t.Error("a window token past the vocabulary drew")
+	}
+	d.Recent = []int32{1, 2, 3, 4, 5}
+	if _, err := d.Sample(l); err == nil {
+		t.Error("a window holding more than Window tokens drew")
 	}
 }
 

@@ -35,19 +35,19 @@
 // way, without a softmax or a sort; GumbelNoise is the counter-based noise
 // it uses, a pure function of (seed, step, token) that a kernel computes
 // bit for bit, and SampleGumbel is the reference for that kernel. A plain
-// chain — greedy or temperature alone, no bias, penalty or truncation — is
-// drawn that way by Sample too, with the draw count as step (Device,
-// Advance), so its tokens are the same whether the host or a GPU draws
-// them. So is a chain with a top-k of at most MaxDrawTopK (and any top-p
-// and min-p, no bias or penalty, llama.cpp's default chain among them):
+// chain — greedy or temperature alone, no bias or truncation — is drawn
+// that way by Sample too, with the draw count as step (Device, Advance),
+// after the penalties, so its tokens are the same whether the host or a
+// GPU draws them. So is a chain with a top-k of at most MaxDrawTopK (and
+// any top-p and min-p, no bias, llama.cpp's default chain among them):
 // SampleTopK ranks the k candidates, applies top-p and min-p in rank order
 // with arithmetic a kernel repeats to the bit, and takes the Gumbel-max
 // of those kept. So is a chain with top-p or min-p and no top-k (the
 // OpenAI API's usual request): SampleNucleus counts top-p's mass in exact
 // integers, finds its cut by a radix selection on the logits' bits, and
 // takes the Gumbel-max of those kept. Any other chain (a top-k above
-// MaxDrawTopK with a truncation, or a bias or penalty with one) draws by
-// inverse CDF from a PCG stream.
+// MaxDrawTopK with a truncation, or a logit bias with a temperature)
+// draws by inverse CDF from a PCG stream.
 //
 // # Cost
 //
@@ -140,12 +140,12 @@ type Sampler struct {
 	rng      *rand.Rand
 	window   int // tokens of history the penalties look at; -1 is all
 	penalize bool
-	// plain: greedy, or a temperature with no truncation; no bias or
-	// penalty either. A draw is then SampleGumbel's, keyed by the seed and
-	// the draw count step. topk: a temperature with a top-k of at most
-	// MaxDrawTopK (and any top-p and min-p), no bias or penalty: a draw is
+	// plain: greedy, or a temperature with no truncation; no bias. A draw
+	// is then SampleGumbel's (of the logits after the penalties), keyed by
+	// the seed and the draw count step. topk: a temperature with a top-k
+	// of at most MaxDrawTopK (and any top-p and min-p), no bias: a draw is
 	// SampleTopK's, keyed the same way. nucleus: a temperature with top-p
-	// or min-p and no top-k, bias or penalty: SampleNucleus's.
+	// or min-p and no top-k or bias: SampleNucleus's.
 	plain, topk, nucleus bool
 	step                 uint64
 
@@ -208,10 +208,12 @@ func New(p Params, vocab int) (*Sampler, error) {
 	if s.penalize {
 		s.counts = make([]int32, vocab)
 	}
-	// Greedy ignores truncation: none of it can drop the argmax.
-	s.plain = s.work == nil && (p.Temperature == 0 || p.TopK == 0 && p.TopP == 1 && p.MinP == 0)
-	s.topk = s.work == nil && p.Temperature > 0 && p.TopK > 0 && p.TopK <= MaxDrawTopK
-	s.nucleus = s.work == nil && p.Temperature > 0 && p.TopK == 0 && !s.plain
+	// Greedy ignores truncation: none of it can drop the argmax. The
+	// penalties change the logits before any of these draws.
+	noBias := len(s.biasIDs) == 0
+	s.plain = noBias && (p.Temperature == 0 || p.TopK == 0 && p.TopP == 1 && p.MinP == 0)
+	s.topk = noBias && p.Temperature > 0 && p.TopK > 0 && p.TopK <= MaxDrawTopK
+	s.nucleus = noBias && p.Temperature > 0 && p.TopK == 0 && !s.plain
 	if p.Temperature > 0 && !s.plain && !s.topk && !s.nucleus {
 		s.cands = make([]cand, 0, vocab)
 		if p.TopP < 1 {
@@ -285,7 +287,23 @@ type Draw struct {
 	Temperature float32
 	TopK        int
 	TopP, MinP  float32 // top-p in [0, 1] (0 and 1 are off), min-p in [0, 1] (0 is off)
-	Seed, Step  uint64
+	// The penalties (Params'; a RepeatPenalty of 0 is 1), applied first to
+	// the tokens of Recent, the last at most Window (at most
+	// MaxDrawWindow) tokens of the history, oldest first; Window 0 is no
+	// penalty.
+	RepeatPenalty, PresencePenalty, FrequencyPenalty float32
+	Window                                           int
+	Recent                                           []int32
+	Seed, Step                                       uint64
+}
+
+// MaxDrawWindow is the longest penalty window of a Draw: a GPU keeps each
+// row's window beside its draws.
+const MaxDrawWindow = 256
+
+// Penalizes reports whether d applies penalties.
+func (d Draw) Penalizes() bool {
+	return d.Window > 0 && (d.RepeatPenalty != 0 && d.RepeatPenalty != 1 || d.PresencePenalty != 0 || d.FrequencyPenalty != 0)
 }
 
 // Nucleus reports whether d is SampleNucleus's draw: a temperature, no
@@ -294,8 +312,58 @@ func (d Draw) Nucleus() bool {
 	return d.Temperature > 0 && d.TopK == 0 && (d.TopP > 0 && d.TopP < 1 || d.MinP > 0)
 }
 
-// Sample makes the draw from logits.
+// Sample makes the draw from logits. The penalties change the logits of
+// Recent's tokens while it draws; logits is as it was on return.
 func (d Draw) Sample(logits []float32) (int32, error) {
+	if !d.Penalizes() || len(d.Recent) == 0 {
+		return d.sample(logits)
+	}
+	var saved [MaxDrawWindow]cand
+	n, err := d.penalize(logits, &saved)
+	if err != nil {
+		return 0, err
+	}
+	id, err := d.sample(logits)
+	for _, c := range saved[:n] {
+		logits[c.id] = c.v
+	}
+	return id, err
+}
+
+// penalize applies d's penalties to logits, once per distinct token of
+// Recent, keeping each changed logit's old value in saved, and returns
+// how many it changed.
+func (d Draw) penalize(logits []float32, saved *[MaxDrawWindow]cand) (int, error) {
+	if d.Window > MaxDrawWindow || len(d.Recent) > d.Window {
+		return 0, fmt.Errorf("sample: a penalty window of %d tokens holding %d, past %d", d.Window, len(d.Recent), MaxDrawWindow)
+	}
+	var win [MaxDrawWindow]int32
+	w := win[:copy(win[:], d.Recent)]
+	slices.Sort(w)
+	if len(w) > 0 && (w[0] < 0 || int(w[len(w)-1]) >= len(logits)) {
+		return 0, fmt.Errorf("sample: a penalty window token outside the vocabulary [0, %d)", len(logits))
+	}
+	r := d.RepeatPenalty
+	if r == 0 {
+		r = 1
+	}
+	n := 0
+	for i := 0; i < len(w); {
+		j := i + 1
+		for j < len(w) && w[j] == w[i] {
+			j++
+		}
+		id := w[i]
+		saved[n] = cand{id, logits[id]}
+		n++
+		logits[id] = penalize(logits[id], int32(j-i), r, d.PresencePenalty, d.FrequencyPenalty)
+		i = j
+	}
+	return n, nil
+}
+
+// sample is Sample after the penalties.
+func (d Draw) sample(logits []float32) (int32, error) {
 	switch {
 	case d.Nucleus():
 		topP := d.TopP
@@ -310,19 +378,28 @@ func (d Draw) Sample(logits []float32) (int32, error) {
 }
 
 // Device reports whether the next draw may be made elsewhere — on a GPU,
-// from logits that never reach the host — and how. That holds when the
-// chain is greedy (whatever its truncation), a plain temperature draw (no
-// top-k, top-p or min-p), a temperature with a top-k of at most
-// MaxDrawTopK and any top-p and min-p, or a temperature with top-p or
-// min-p and no top-k; in each case with no logit bias or penalty. Sample
-// draws such a chain the same way, so a token does not depend on where it
-// was drawn. After a draw made elsewhere, call Advance.
-func (s *Sampler) Device() (Draw, bool) {
+// from logits that never reach the host — and how, for a sequence whose
+// tokens so far are history (as Sample takes it; Recent is the part the
+// penalties read, a slice of it). That holds when the chain is greedy
+// (whatever its truncation), a plain temperature draw (no top-k, top-p or
+// min-p), a temperature with a top-k of at most MaxDrawTopK and any top-p
+// and min-p, or a temperature with top-p or min-p and no top-k; in each
+// case with no logit bias, and with penalties only over a window of at
+// most MaxDrawWindow tokens. Sample draws such a chain the same way, so a
+// token does not depend on where it was drawn. After a draw made
+// elsewhere, call Advance.
+func (s *Sampler) Device(history []int32) (Draw, bool) {
 	d := Draw{Temperature: s.p.Temperature, Seed: s.seed, Step: s.step}
 	if s.topk || s.nucleus {
 		d.TopK, d.TopP, d.MinP = s.p.TopK, s.p.TopP, s.p.MinP
 	}
-	return d, s.plain || s.topk || s.nucleus
+	ok := s.plain || s.topk || s.nucleus
+	if s.penalize {
+		ok = ok && s.window > 0 && s.window <= MaxDrawWindow
+		d.RepeatPenalty, d.PresencePenalty, d.FrequencyPenalty = s.p.RepeatPenalty, s.p.PresencePenalty, s.p.FrequencyPenalty
+		d.Window, d.Recent = s.window, s.recent(history)
+	}
+	return d, ok
 }
 
 // Advance counts a draw made elsewhere with Device's parameters.
@@ -468,11 +545,13 @@ func (s *Sampler) applyPenalties(l []float32, win []int32) error {
 }
 
 // penalize returns logit x of a token seen n > 0 times in the window.
+// Every operation is rounded to float32 on its own (the conversion forbids
+// a fused multiply-add), as the GPU's draws repeat it.
 func penalize(x float32, n int32, repeat, presence, frequency float32) float32 {
 	if x > 0 {
 		x /= repeat
 	} else {
 		x *= repeat
 	}
-	return x - (presence + float32(n)*frequency)
+	return x - (presence + float32(float32(n)*frequency))
 }

@@ -51,7 +51,8 @@ type exec struct {
 
 	// graphs[rows][selected][out][deep] replays every launch of a batch
 	// of that shape (rows <= smallRows; out: outDevice, outHidden,
-	// outStaged, outDrawn or outNucleus; deep: a row at deepAt or past it); captured on first use
+	// outStaged, or one of the drawing outputs from outDrawn on; deep: a
+	// row at deepAt or past it); captured on first use
 	// on stream.
 	graphs [smallRows + 1][smallRows + 1][numOuts][2]uintptr
 	deepAt int32 // the position from which deep launches run (0: the plan has none)
@@ -67,8 +68,8 @@ type exec struct {
 	attr          launchAttr
 
 	draw *drawState // device draws (sample.go), set up on first use
-	// drawOut is the output of the draws staged last (outDrawn or
-	// outNucleus, drawOut).
+	// drawOut is the output of the draws staged last (outDrawn to
+	// outPenalizedNucleus, drawOut).
 	drawOut int
 	chain   chain // decode steps queued ahead of the host (chain.go)
 
@@ -112,6 +113,10 @@ const (
 	// outDrawn with the cuts of top-p (nucleus_max, nucleus_pass) before
 	// the draws: a row draws as sample.SampleNucleus.
 	outNucleus
+	// outDrawn and outNucleus with the penalties applied to the logits
+	// first (penalize): a row penalises its recent tokens.
+	outPenalized
+	outPenalizedNucleus
 	numOuts
 )
 
@@ -391,17 +396,21 @@ func (e *exec) allocate(pl *planned) error {
 }
 
 // drawParamBytes is the size of a row's draw parameters (drawHost).
-const drawParamBytes = 32
+const drawParamBytes = 56
 
 // drawHost is the host side of the device draws (sample.go): the
 // parameters, which follow the batch at drawAt on both sides (seeds,
-// steps, temperatures, top-ks, top-ps, then min-ps, so that one copy
-// moves the batch and them), and the drawn ids.
+// steps, temperatures, top-ks, top-ps, min-ps, the penalties, then the
+// penalty windows' sizes, lengths and next places, so that one copy moves
+// the batch and them), the windows' tokens, and the drawn ids.
 type drawHost struct {
-	seed, step       []uint64
-	temp, topP, minP []float32
-	topK             []int32
-	ids              [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
+	seed, step         []uint64
+	temp, topP, minP   []float32
+	topK               []int32
+	rep, pres, freq    []float32
+	wsize, wlen, wnext []int32
+	win                []int32                       // [MaxRows, backend.MaxWindow]: each row's window, oldest first
+	ids                [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
 	// drawn is where the draw kernel stores row r's draw itself, at
 	// 2r + (the draw's step & 1), through drawnDev, its device address:
 	// no copy follows the plan (0 where the page-locked block is not
@@ -418,7 +427,8 @@ func (e *exec) stageHost() {
 	metaBytes := (4*(metaArrays+4*m) + 7) &^ 7
 	drawBytes := (drawParamBytes*m + 4*backend.MaxPipelined*m + 8*m + 7) &^ 7
 	outFloats := min(m, smallRows) * max(p.Vocab, p.Dim)
-	size := metaBytes + drawBytes + 4*outFloats
+	winAt := metaBytes + drawBytes + 4*outFloats
+	size := winAt + 4*backend.MaxWindow*m
 	var block unsafe.Pointer
 	var dev uint64
 	if os.Getenv("WEFT_CUDA_PINNED") != "0" {
@@ -447,6 +457,13 @@ func (e *exec) stageHost() {
 	dh.topK = unsafe.Slice((*int32)(at(metaBytes+20*m)), m)
 	dh.topP = unsafe.Slice((*float32)(at(metaBytes+24*m)), m)
 	dh.minP = unsafe.Slice((*float32)(at(metaBytes+28*m)), m)
+	dh.rep = unsafe.Slice((*float32)(at(metaBytes+32*m)), m)
+	dh.pres = unsafe.Slice((*float32)(at(metaBytes+36*m)), m)
+	dh.freq = unsafe.Slice((*float32)(at(metaBytes+40*m)), m)
+	dh.wsize = unsafe.Slice((*int32)(at(metaBytes+44*m)), m)
+	dh.wlen = unsafe.Slice((*int32)(at(metaBytes+48*m)), m)
+	dh.wnext = unsafe.Slice((*int32)(at(metaBytes+52*m)), m)
+	dh.win = unsafe.Slice((*int32)(at(winAt)), backend.MaxWindow*m)
 	for i := range dh.ids {
 		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+drawParamBytes*m+4*i*m)), m)
 	}

@@ -193,6 +193,13 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	if r := c.call(d.htoDAsync, 4); r != 0 {
 		return false, fmt.Errorf("cuda: copying the batch: %w", d.err(r))
 	}
+	if draws && (e.drawOut == outPenalized || e.drawOut == outPenalizedNucleus) {
+		win := e.drawHost.win
+		*c = callArgs{uintptr(e.draw.win), uintptr(unsafe.Pointer(&win[0])), uintptr(4 * backend.MaxWindow * sel), 0}
+		if r := c.call(d.htoDAsync, 4); r != 0 {
+			return false, fmt.Errorf("cuda: copying the penalty windows: %w", d.err(r))
+		}
+	}
 	out := outDevice
 	switch {
 	case b.HiddenOnly:
@@ -252,7 +259,7 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 			return fmt.Errorf("cuda: op %d (%s, layer %d): %w", l.op, op.Kind, op.Layer, e.launchErr(l, r))
 		}
 	}
-	if out == outDrawn || out == outNucleus {
+	if drawing(out) {
 		return e.launchDraws(sel, out, 0)
 	}
 	return nil
@@ -381,7 +388,7 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 			}
 		}
 	}
-	if (out == outDrawn || out == outNucleus) && failed == nil {
+	if drawing(out) && failed == nil {
 		failed = e.launchDraws(sel, out, e.stream)
 	}
 	if forked {

@@ -512,6 +512,36 @@ __device__ void nucleus_ties(const float* l, int vocab, const nucleus& s, float 
     }
 }
 
+#define PEN_WINDOW 256 // backend.MaxWindow: a row's window tokens, a ring from wnext
+
+// penalize: block r applies row r's penalties to its logits, as
+// sample.Draw.Sample does, once per distinct token of its window (the
+// wlen[r] tokens at win[r*PEN_WINDOW]; wsize[r] 0: none): the repeat
+// penalty divides a positive logit and multiplies another, then the
+// presence penalty and the frequency penalty times the token's count are
+// subtracted, every operation rounded on its own.
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void penalize(float* logits, const int* meta, const float* rep,
+        const float* pres, const float* freq, const int* wsize, const int* wlen, const int* win, int vocab) {
+    int r = blockIdx.x;
+    if (r >= meta[1] || wsize[r] <= 0) return;
+    int n = wlen[r];
+    const int* w = win + (u64)r * PEN_WINDOW;
+    float* l = logits + (u64)r * vocab;
+    for (int j = threadIdx.x; j < n; j += DRAW_THREADS) {
+        int t = w[j], count = 0;
+        bool first = true;
+        for (int k = 0; k < n; k++)
+            if (w[k] == t) {
+                count++;
+                first = first && k >= j;
+            }
+        if (!first) continue; // the token's first place penalises it
+        float x = l[t];
+        x = x > 0.f ? __fdiv_rn(x, rep[r]) : __fmul_rn(x, rep[r]);
+        l[t] = __fsub_rn(x, __fadd_rn(pres[r], __fmul_rn((float)count, freq[r])));
+    }
+}
+
 // draw: block (c, r) takes the best candidate of logits row r ([selected
 // rows, vocab]) within chunk c ([c*chunk, (c+1)*chunk)) into
 // part[r*chunks + c] (float score, int id); temp, seed and step are row
@@ -534,10 +564,13 @@ __device__ void nucleus_ties(const float* l, int vocab, const nucleus& s, float 
 // min-p without a top-k) follows nucleus_max and nucleus_pass: its blocks
 // take only the tokens above the cut in st[r] (and its ties when all are
 // kept) and not below min-p; the last block adds the ties kept otherwise.
+// A row with a penalty window (wsize[r] > 0) gains its draw in the window
+// (win, a ring of wsize[r] from wnext[r], wlen[r] long), as its history
+// gains the token fed next.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u64* cands, const float* logits,
         const float* temp, const int* topk, const float* topp, const float* minp, const u64* seed, u64* step,
         const int* meta, int vocab, int chunk, int* out, unsigned* done, unsigned* groups, int* tokens, int* pos, int* host,
-        const nucleus* st) {
+        const nucleus* st, const int* wsize, int* wlen, int* wnext, int* win) {
     __shared__ u64 buf[DRAW_LISTS * DRAW_TOPK], spare[DRAW_LISTS / 2 * DRAW_TOPK], pair[2 * DRAW_TOPK];
     int r = blockIdx.y;
     if (r >= meta[1]) return;
@@ -632,5 +665,11 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
         pos[r] += 1;
         step[r] += 1;
         done[r] = 0;
+        if (int ws = wsize[r]; ws > 0) {
+            int at = wnext[r];
+            win[(u64)r * PEN_WINDOW + at] = max(id, 0);
+            wnext[r] = (at + 1) % ws;
+            wlen[r] = min(wlen[r] + 1, ws);
+        }
     }
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime"
@@ -34,10 +35,15 @@ type drawState struct {
 	groups uint64 // device: uint32 [MaxRows, groups of drawGroup chunks], a top-k row's chunks finished (0 between launches)
 	nst    uint64 // device: sample.cu's nucleus [MaxRows], a nucleus row's cut
 	hist   uint64 // device: uint64 [MaxRows, nucBuckets], a nucleus row's masses by digit (0 between launches)
+	win    uint64 // device: int32 [MaxRows, backend.MaxWindow], the penalty windows (a ring from wnext)
 	chunks int
 	fn     uintptr
-	args   [19]uint64 // draw's arguments
-	params [19]uintptr
+	args   [23]uint64 // draw's arguments
+	params [23]uintptr
+	// penalize's launch, before the others where a row penalises.
+	penFn     uintptr
+	penArgs   [10]uint64
+	penParams [10]uintptr
 	// The nucleus rows' launches before draw: nucleus_max, then
 	// nucleus_pass for each digit of the cut.
 	nucFns    [1 + nucDigits]uintptr
@@ -123,6 +129,20 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 	for i, x := range s {
 		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
 		dh.topK[i], dh.topP[i], dh.minP[i] = int32(x.TopK), x.TopP, x.MinP
+		dh.wsize[i], dh.wlen[i], dh.wnext[i] = 0, 0, 0
+		if !x.Penalizes() {
+			continue
+		}
+		// The window, oldest first; the next draw goes after it, or over
+		// its oldest token once it is full.
+		for _, t := range x.Recent {
+			if t < 0 || int(t) >= e.p.Vocab {
+				return fmt.Errorf("cuda: row %d: penalty window token %d outside the vocabulary [0, %d)", i, t, e.p.Vocab)
+			}
+		}
+		dh.rep[i], dh.pres[i], dh.freq[i] = cmp.Or(x.RepeatPenalty, 1), x.PresencePenalty, x.FrequencyPenalty
+		dh.wsize[i], dh.wlen[i], dh.wnext[i] = int32(x.Window), int32(len(x.Recent)), int32(len(x.Recent)%x.Window)
+		copy(dh.win[i*backend.MaxWindow:], x.Recent)
 	}
 	e.drawOut = drawOut(s)
 	return nil
@@ -135,7 +155,13 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 // room on the multiprocessors that the output product's blocks need.
 func (e *exec) launchDraws(sel, out int, stream uintptr) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
-	if out == outNucleus {
+	if out == outPenalized || out == outPenalizedNucleus {
+		*c = callArgs{ds.penFn, uintptr(sel), 1, 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.penParams[0])), 0}
+		if r := c.call(d.launchKernel, 11); r != 0 {
+			return fmt.Errorf("cuda: launching the penalties: %w", d.err(r))
+		}
+	}
+	if out == outNucleus || out == outPenalizedNucleus {
 		for i, fn := range ds.nucFns {
 			*c = callArgs{fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.nucParams[i][0])), 0}
 			if r := c.call(d.launchKernel, 11); r != 0 {
@@ -152,16 +178,28 @@ func (e *exec) launchDraws(sel, out int, stream uintptr) error {
 	return nil
 }
 
-// drawOut is the output of a run drawing by s: outNucleus where a row
-// draws as sample.SampleNucleus, else outDrawn.
+// drawOut is the output of a run drawing by s: outDrawn, or with the
+// launches that a row needs where one draws as sample.SampleNucleus
+// (outNucleus), penalises its logits (outPenalized), or both.
 func drawOut(s []backend.Sampling) int {
+	nucleus, pen := false, false
 	for _, x := range s {
-		if x.Nucleus() {
-			return outNucleus
-		}
+		nucleus = nucleus || x.Nucleus()
+		pen = pen || x.Penalizes() // an empty window too: IssueNext fills it
+	}
+	switch {
+	case nucleus && pen:
+		return outPenalizedNucleus
+	case nucleus:
+		return outNucleus
+	case pen:
+		return outPenalized
 	}
 	return outDrawn
 }
+
+// drawing reports whether a run's output draws tokens.
+func drawing(out int) bool { return out >= outDrawn }
 
 // drawnAt is selected row i's draw at draw step step, where the draw
 // kernel stored it (sample.cu's host).
@@ -203,7 +241,8 @@ func (e *exec) newDrawState() error {
 	fn, ok := e.be.funcs["draw"]
 	fnMax, okMax := e.be.funcs["nucleus_max"]
 	fnPass, okPass := e.be.funcs["nucleus_pass"]
-	if !ok || !okMax || !okPass {
+	fnPen, okPen := e.be.funcs["penalize"]
+	if !ok || !okMax || !okPass || !okPen {
 		return errors.New("cuda: a draw kernel is missing")
 	}
 	if drawChunk > drawMaxChunk {
@@ -215,7 +254,8 @@ func (e *exec) newDrawState() error {
 		ptr *uint64
 		n   int
 	}{{&ds.part, 8 * m * ds.chunks}, {&ds.cands, 8 * m * ds.chunks * backend.MaxTopK}, {&ds.ids, 4 * m}, {&ds.done, 4 * m},
-		{&ds.groups, 4 * m * ((ds.chunks + drawGroup - 1) / drawGroup)}, {&ds.nst, nucleusBytes * m}, {&ds.hist, 8 * nucBuckets * m}} {
+		{&ds.groups, 4 * m * ((ds.chunks + drawGroup - 1) / drawGroup)}, {&ds.nst, nucleusBytes * m}, {&ds.hist, 8 * nucBuckets * m},
+		{&ds.win, 4 * backend.MaxWindow * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
@@ -227,12 +267,19 @@ func (e *exec) newDrawState() error {
 	at := func(off int) uint64 { return seed + uint64(off*m) } // the parameters' arrays (drawHost)
 	logits, temp, topK, topP, minP := e.bufs[p.Logits], at(16), at(20), at(24), at(28)
 	vocab, chunk := uint64(uint32(p.Vocab)), uint64(uint32(drawChunk))
-	ds.args = [19]uint64{
+	wsize, wlen, wnext := at(44), at(48), at(52)
+	ds.args = [23]uint64{
 		ds.part, ds.cands, logits, temp, topK, topP, minP, seed, at(8), e.meta,
 		vocab, chunk, ds.ids, ds.done, ds.groups, field(fieldTokens), field(fieldPos), e.drawHost.drawnDev, ds.nst,
+		wsize, wlen, wnext, ds.win,
 	}
 	for i := range ds.args {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))
+	}
+	ds.penFn = fnPen
+	ds.penArgs = [10]uint64{logits, e.meta, at(32), at(36), at(40), wsize, wlen, ds.win, vocab}
+	for i := range ds.penArgs {
+		ds.penParams[i] = uintptr(unsafe.Pointer(&ds.penArgs[i]))
 	}
 	ds.nucFns[0] = fnMax
 	ds.nucArgs[0] = [12]uint64{ds.part, logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst}

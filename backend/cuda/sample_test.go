@@ -20,8 +20,8 @@ import (
 // TestDeviceDraws: tokens drawn on the device (RunSampled through
 // engine.StepSampled) are sample.SampleGumbel's (or, with a top-k,
 // sample.SampleTopK's, with top-p or min-p alone sample.SampleNucleus's)
-// draws from the logits the same plan produces, for greedy, tempered and
-// truncated rows, one row (a graph
+// draws from the logits the same plan produces, for greedy, tempered,
+// truncated and penalised rows, one row (a graph
 // replay), three, and ten (plain launches), with the vocabulary split into
 // many chunks.
 func TestDeviceDraws(t *testing.T) {
@@ -57,6 +57,10 @@ func TestDeviceDraws(t *testing.T) {
 		logits := make([]float32, rows*v)
 		drawn := make([]int32, rows)
 		s := make([]backend.Sampling, rows)
+		history := make([][]int32, rows)
+		for i := range history {
+			history[i] = []int32{toks[i]}
+		}
 		for step := range 12 {
 			for i := range s {
 				s[i] = backend.Sampling{Temperature: []float32{0, 0.6, 1, 2.5}[(i+step)%4], Seed: uint64(100 + i), Step: uint64(step)}
@@ -65,6 +69,10 @@ func TestDeviceDraws(t *testing.T) {
 					s[i].TopK, s[i].TopP, s[i].MinP = []int{40, backend.MaxTopK}[step%2], 0.95, 0.05
 				case 2: // top-p or min-p without a top-k
 					s[i].TopP, s[i].MinP = []float32{0.9, 1, 0.5}[step%3], []float32{0, 0.05, 0.01}[step%3]
+				}
+				if i%2 == 1 { // penalties over the last 5 tokens, favouring them
+					s[i].RepeatPenalty, s[i].PresencePenalty, s[i].FrequencyPenalty, s[i].Window = 1.3, -3, 0.5, 5
+					s[i].Recent = history[i][max(0, len(history[i])-5):]
 				}
 			}
 			if err := m.Step(logitSeqs, toks, logits); err != nil {
@@ -79,8 +87,9 @@ func TestDeviceDraws(t *testing.T) {
 					t.Fatal(err)
 				}
 				if drawn[i] != want {
-					t.Fatalf("%d rows, step %d, row %d (T=%v): drawn %d, SampleGumbel %d", rows, step, i, s[i].Temperature, drawn[i], want)
+					t.Fatalf("%d rows, step %d, row %d (%+v): drawn %d, sample %d", rows, step, i, s[i], drawn[i], want)
 				}
+				history[i] = append(history[i], drawn[i])
 			}
 			copy(toks, drawn)
 		}
@@ -133,19 +142,33 @@ func TestPipelinedDraws(t *testing.T) {
 			case 2:
 				s[i].TopP, s[i].MinP = 0.9, 0.02
 			}
+			if i%3 == 0 { // penalties over a window the steps wrap, favouring its tokens
+				s[i].RepeatPenalty, s[i].PresencePenalty, s[i].FrequencyPenalty, s[i].Window = 1.2, -4, 0.3, 6
+				s[i].Recent = []int32{toks[i]}
+			}
 		}
 		first := append([]int32(nil), toks...)
 		want := make([][]int32, steps)
+		history := make([][]int32, rows)
+		for i := range history {
+			history[i] = []int32{toks[i]}
+		}
 		for step := range steps {
 			si := append([]backend.Sampling(nil), s...)
 			for i := range si {
 				si[i].Step += uint64(step)
+				if si[i].Window > 0 {
+					si[i].Recent = history[i][max(0, len(history[i])-si[i].Window):]
+				}
 			}
 			want[step] = make([]int32, rows)
 			if err := ref.StepSampled(refSeqs, toks, si, want[step]); err != nil {
 				t.Fatal(err)
 			}
 			copy(toks, want[step])
+			for i := range history {
+				history[i] = append(history[i], toks[i])
+			}
 		}
 		if err := m.IssueSampled(seqs, first, s); err != nil {
 			t.Fatal(err)
@@ -254,6 +277,8 @@ func TestPipelinedDraws(t *testing.T) {
 // sample.SampleGumbel's, on logits made to be hard: few levels
 // (ties across chunks), -0 beside +0, NaN, ±Inf, rows with fewer finite
 // logits than k and none at all, every top-k, top-p and min-p setting,
+// penalties over windows of up to backend.MaxWindow tokens (repeats among
+// them),
 // and chunks of 4 tokens (a merge of 375 chunks' candidates in rounds), 48
 // and 2048 (one chunk). The logits are an F32 embedding table's rows,
 // chosen by the batch's tokens, so they reach the draws as written.
@@ -322,6 +347,15 @@ func TestTopKDraws(t *testing.T) {
 			bt := tokenBatch(rng, rows, vocab)
 			for i := range s {
 				s[i] = backend.Sampling{Temperature: []float32{0, 0.05, 0.8, 2.5}[rng.IntN(4)], Seed: uint64(trial), Step: uint64(i)}
+				if rng.IntN(3) == 0 { // penalties over a window of the vocabulary
+					s[i].RepeatPenalty = []float32{0, 1, 1.1, 3}[rng.IntN(4)]
+					s[i].PresencePenalty, s[i].FrequencyPenalty = []float32{0, -2, 1}[rng.IntN(3)], []float32{0, 0.5, -1}[rng.IntN(3)]
+					s[i].Window = 1 + rng.IntN(backend.MaxWindow)
+					s[i].Recent = s[i].Recent[:0]
+					for range rng.IntN(s[i].Window + 1) {
+						s[i].Recent = append(s[i].Recent, int32(rng.IntN(20))*int32(vocab/20)+int32(rng.IntN(3)))
+					}
+				}
 				switch rng.IntN(6) {
 				case 0:
 				case 1, 2: // top-p or min-p without a top-k
@@ -370,9 +404,13 @@ func TestDrawCost(t *testing.T) {
 		e := x.(*exec)
 		b := &backend.Batch{Tokens: []int32{1}, Pos: []int32{0}, Slots: []int32{0}, Selected: []int32{0}}
 		out := make([]int32, 1)
+		recent := make([]int32, 64)
+		for i := range recent {
+			recent[i] = int32(i * 97)
+		}
 		for _, s := range []backend.Sampling{{}, {Temperature: 0.8}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05},
 			{Temperature: 0.8, TopK: backend.MaxTopK, TopP: 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 0.8, TopP: 0.95, MinP: 0.05},
-			{Temperature: 0.8, MinP: 0.05}} {
+			{Temperature: 0.8, MinP: 0.05}, {Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, Window: 64, Recent: recent}} {
 			if err := e.RunSampled(b, []backend.Sampling{s}, out); err != nil {
 				t.Fatal(err)
 			}

@@ -329,7 +329,7 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 // and one the backend can draw from the logits alone.
 func benchChain(s benchSpec) error {
 	c := s.chain
-	if !s.draw && c != (backend.Sampling{TopP: 1}) {
+	if !s.draw && (c.Temperature != 0 || c.TopK != 0 || c.TopP != 1 || c.MinP != 0) {
 		return errors.New("--temp, --top-k, --top-p and --min-p choose the draws of --draw")
 	}
 	if err := c.Check(); err != nil {

@@ -73,9 +73,13 @@ func (e *pipeExec) IssueSampled(b *backend.Batch, s []backend.Sampling) error {
 			return fmt.Errorf("testmodel: a pipelined step selects every row in order")
 		}
 	}
-	e.queue = append(e.queue, queuedStep{b: backend.Batch{
+	q := queuedStep{b: backend.Batch{
 		Tokens: slices.Clone(b.Tokens), Pos: slices.Clone(b.Pos), Slots: slices.Clone(b.Slots), Selected: slices.Clone(b.Selected),
-	}, s: slices.Clone(s)})
+	}, s: slices.Clone(s)}
+	for i := range q.s {
+		q.s[i].Recent = slices.Clone(q.s[i].Recent)
+	}
+	e.queue = append(e.queue, q)
 	e.chain = true
 	return nil
 }
@@ -106,6 +110,11 @@ func (e *pipeExec) WaitSampled(out []int32) error {
 		for i := range st.b.Pos {
 			st.b.Pos[i]++
 			st.s[i].Step++
+			// The penalty window gains the token fed, as the device's does.
+			if x := &st.s[i]; x.Penalizes() {
+				w := append(slices.Clone(x.Recent), p.draws[i])
+				x.Recent = w[max(0, len(w)-x.Window):]
+			}
 		}
 		e.p.Chained++
 	}
