@@ -249,22 +249,7 @@ func TestGumbelPruning(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	for trial := range 200 {
 		n := []int{1, 3, 100, 5000}[trial%4]
-		l := make([]float32, n)
-		levels := 1 + r.IntN(50)
-		for i := range l {
-			switch x := r.IntN(100); {
-			case x < 2:
-				l[i] = negInf
-			case x < 4:
-				l[i] = nan
-			case x == 4 && trial%9 == 0:
-				l[i] = inf
-			case trial%2 == 0:
-				l[i] = float32(r.NormFloat64() * 3)
-			default:
-				l[i] = float32(r.IntN(levels)) * 0.25
-			}
-		}
+		l := hardLogits(r, n, trial%9 == 0, trial%2 == 0, 0.25)
 		temp := []float32{1e-3, 0.3, 1, 10, 1e4}[r.IntN(5)]
 		for step := range uint64(4) {
 			want, best := int32(-1), float32(0)

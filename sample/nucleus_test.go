@@ -12,16 +12,10 @@ import (
 // sort of the finite logits, the masses summed in rank order, the target
 // by exact rational arithmetic, then the same noise.
 func refNucleus(l []float32, temp, topP, minP float32, seed, step uint64) int32 {
-	var order []int32
-	for i, v := range l {
-		if v > float32(math.Inf(-1)) {
-			order = append(order, int32(i))
-		}
-	}
+	order := rankedFinite(l)
 	if len(order) == 0 {
 		return -1
 	}
-	sortByLogit(l, order) // ids ascending, so ties keep the lower id first
 	invT := 1 / float64(temp)
 	mx := l[order[0]]
 	n := len(order)
@@ -44,17 +38,10 @@ func refNucleus(l []float32, temp, topP, minP float32, seed, step uint64) int32 
 			}
 		}
 	}
-	best, win := float32(0), int32(-1)
-	for _, id := range order[:n] {
-		if p := prob(l[id], mx, invT); p == 0 || p < minP {
-			continue
-		}
-		score := l[id]/temp + GumbelNoise(seed, step, int(id))
-		if win < 0 || score > best || score == best && id < win {
-			best, win = score, id
-		}
-	}
-	return win
+	return refPick(l, order[:n], func(_ int, id int32) bool {
+		p := prob(l[id], mx, invT)
+		return p != 0 && p >= minP
+	}, temp, seed, step)
 }
 
 // TestSampleNucleus: SampleNucleus against refNucleus on logits with many
@@ -63,31 +50,9 @@ func refNucleus(l []float32, temp, topP, minP float32, seed, step uint64) int32 
 // over many steps; and its errors.
 func TestSampleNucleus(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	inf := float32(math.Inf(1))
-	negZero := float32(math.Copysign(0, -1))
 	for trial := range 400 {
 		n := []int{1, 2, 7, 64, 500, 3000, 20000}[trial%7]
-		l := make([]float32, n)
-		levels := 1 + r.IntN(40)
-		scale := []float32{0.37, 0.001, 3, 1e-30}[r.IntN(4)]
-		for i := range l {
-			switch x := r.IntN(100); {
-			case x < 3:
-				l[i] = -inf
-			case x < 5:
-				l[i] = float32(math.NaN())
-			case x == 5 && trial%11 == 0:
-				l[i] = inf
-			case x == 6:
-				l[i] = negZero
-			case x == 7:
-				l[i] = 0
-			case trial%3 == 0:
-				l[i] = float32(r.NormFloat64() * 2)
-			default:
-				l[i] = float32(r.IntN(levels))*scale - 3*scale
-			}
-		}
+		l := hardLogits(r, n, trial%11 == 0, trial%3 == 0, []float32{0.37, 0.001, 3, 1e-30}[r.IntN(4)])
 		temp := []float32{0.05, 0.8, 1, 2.5, 100}[r.IntN(5)]
 		topP := []float32{1, 0.95, 0.5, 0.1, 1e-9, 0.9999999}[r.IntN(6)]
 		minP := []float32{0, 0.05, 0.5, 1}[r.IntN(4)]

@@ -7,19 +7,69 @@ import (
 	"testing"
 )
 
-// refTopK is SampleTopK's procedure written the obvious way: a full sort
-// of the finite logits, then the same probabilities, sums and noise.
-func refTopK(l []float32, temp float32, k int, topP, minP float32, seed, step uint64) int32 {
+// rankedFinite returns the ids of l's finite logits ranked from the
+// largest, ties to the lower id.
+func rankedFinite(l []float32) []int32 {
 	var order []int32
 	for i, v := range l {
 		if v > float32(math.Inf(-1)) {
 			order = append(order, int32(i))
 		}
 	}
+	sortByLogit(l, order) // ids ascending, so ties keep the lower id first
+	return order
+}
+
+// refPick is the Gumbel-max draw among the ids of l that keep accepts
+// (i: the id's place in ids), ties to the lowest id; -1 when none.
+func refPick(l []float32, ids []int32, keep func(i int, id int32) bool, temp float32, seed, step uint64) int32 {
+	best, win := float32(0), int32(-1)
+	for i, id := range ids {
+		if !keep(i, id) {
+			continue
+		}
+		score := l[id]/temp + GumbelNoise(seed, step, int(id))
+		if win < 0 || score > best || score == best && id < win {
+			best, win = score, id
+		}
+	}
+	return win
+}
+
+// hardLogits returns n logits made to be hard for a draw: -Inf, NaN, +Inf
+// (when inf), -0 and +0 among them, the rest normal (sd 2) when normal or
+// else on a few levels scale apart, so that many tie.
+func hardLogits(r *rand.Rand, n int, inf, normal bool, scale float32) []float32 {
+	l := make([]float32, n)
+	levels := 1 + r.IntN(40)
+	for i := range l {
+		switch x := r.IntN(100); {
+		case x < 3:
+			l[i] = float32(math.Inf(-1))
+		case x < 5:
+			l[i] = float32(math.NaN())
+		case x == 5 && inf:
+			l[i] = float32(math.Inf(1))
+		case x == 6:
+			l[i] = float32(math.Copysign(0, -1))
+		case x == 7:
+			l[i] = 0
+		case normal:
+			l[i] = float32(r.NormFloat64() * 2)
+		default:
+			l[i] = float32(r.IntN(levels))*scale - 3*scale
+		}
+	}
+	return l
+}
+
+// refTopK is SampleTopK's procedure written the obvious way: a full sort
+// of the finite logits, then the same probabilities, sums and noise.
+func refTopK(l []float32, temp float32, k int, topP, minP float32, seed, step uint64) int32 {
+	order := rankedFinite(l)
 	if len(order) == 0 {
 		return -1
 	}
-	sortByLogit(l, order) // ids ascending, so ties keep the lower id first
 	order = order[:min(k, len(order))]
 	invT := 1 / float64(temp)
 	p := make([]float32, len(order))
@@ -38,17 +88,7 @@ func refTopK(l []float32, temp float32, k int, topP, minP float32, seed, step ui
 			}
 		}
 	}
-	best, win := float32(0), int32(-1)
-	for i, id := range order[:n] {
-		if p[i] == 0 || p[i] < minP {
-			continue
-		}
-		score := l[id]/temp + GumbelNoise(seed, step, int(id))
-		if win < 0 || score > best || score == best && id < win {
-			best, win = score, id
-		}
-	}
-	return win
+	return refPick(l, order[:n], func(i int, _ int32) bool { return p[i] != 0 && p[i] >= minP }, temp, seed, step)
 }
 
 // TestSampleTopK: SampleTopK against refTopK on logits with many ties (a
@@ -56,23 +96,9 @@ func refTopK(l []float32, temp float32, k int, topP, minP float32, seed, step ui
 // steps; and its errors.
 func TestSampleTopK(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	inf := float32(math.Inf(1))
 	for trial := range 300 {
 		n := []int{1, 2, 7, 64, 65, 500, 3000}[trial%7]
-		l := make([]float32, n)
-		levels := 1 + r.IntN(40)
-		for i := range l {
-			switch x := r.IntN(100); {
-			case x < 3:
-				l[i] = -inf
-			case x < 5:
-				l[i] = float32(math.NaN())
-			case x == 5 && trial%11 == 0:
-				l[i] = inf
-			default:
-				l[i] = float32(r.IntN(levels))*0.37 - 3
-			}
-		}
+		l := hardLogits(r, n, trial%11 == 0, false, 0.37)
 		k := []int{1, 2, 5, 40, MaxDrawTopK}[r.IntN(5)]
 		temp := []float32{0.05, 0.8, 1, 2.5}[r.IntN(4)]
 		topP := []float32{1, 0.95, 0.5, 0.1}[r.IntN(4)]
