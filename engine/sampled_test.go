@@ -89,13 +89,24 @@ func TestStepSampled(t *testing.T) {
 	}
 	for _, bad := range []backend.Sampling{
 		{Temperature: 1, TopK: backend.MaxTopK + 1, TopP: 1}, {Temperature: 1, TopK: -1}, {Temperature: 1, TopK: 5, TopP: 0},
-		{Temperature: 1, TopK: 5, TopP: 1, MinP: 1.5}, {Temperature: float32(math.NaN())},
+		{Temperature: 1, TopK: 5, TopP: 1, MinP: 1.5}, {Temperature: float32(math.NaN())}, {Temperature: 1, TopP: 1.5},
+		{Temperature: 1, RepeatPenalty: -1, Window: 4}, {Temperature: 1, PresencePenalty: float32(math.Inf(1)), Window: 4},
+		{Temperature: 1, RepeatPenalty: 1.1, Window: backend.MaxWindow + 1}, {Temperature: 1, RepeatPenalty: 1.1, Window: 1, Recent: []int32{1, 2}},
 	} {
 		if err := m.StepSampled([]*Sequence{seq}, []int32{1}, []backend.Sampling{bad}, make([]int32, 1)); err == nil {
 			t.Errorf("%+v was accepted", bad)
 		}
 	}
-	if backend.MaxTopK != sample.MaxDrawTopK {
-		t.Errorf("backend.MaxTopK %d, sample.MaxDrawTopK %d", backend.MaxTopK, sample.MaxDrawTopK)
+	if backend.MaxTopK != sample.MaxDrawTopK || backend.MaxWindow != sample.MaxDrawWindow {
+		t.Errorf("backend.MaxTopK %d, sample.MaxDrawTopK %d; backend.MaxWindow %d, sample.MaxDrawWindow %d",
+			backend.MaxTopK, sample.MaxDrawTopK, backend.MaxWindow, sample.MaxDrawWindow)
+	}
+	// The backend's reading of a draw is the sample package's.
+	for _, s := range []backend.Sampling{{}, {Temperature: 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 0, TopP: 0.9}, {Temperature: 1, MinP: 0.1},
+		{Temperature: 1, TopK: 4, TopP: 0.9}, {Temperature: 1, TopP: 1}, {Temperature: 1, RepeatPenalty: 1.1}, {Temperature: 1, RepeatPenalty: 1.1, Window: 3},
+		{RepeatPenalty: 1, Window: 3}, {PresencePenalty: -1, Window: 1}, {FrequencyPenalty: 2, Window: 8}} {
+		if d := sample.Draw(s); s.Nucleus() != d.Nucleus() || s.Penalizes() != d.Penalizes() {
+			t.Errorf("%+v: backend reads nucleus %v, penalties %v; sample %v, %v", s, s.Nucleus(), s.Penalizes(), d.Nucleus(), d.Penalizes())
+		}
 	}
 }

@@ -42,8 +42,8 @@ type drawState struct {
 	params [23]uintptr
 	// penalize's launch, before the others where a row penalises.
 	penFn     uintptr
-	penArgs   [10]uint64
-	penParams [10]uintptr
+	penArgs   [9]uint64
+	penParams [9]uintptr
 	// The nucleus rows' launches before draw: nucleus_max, then
 	// nucleus_pass for each digit of the cut.
 	nucFns    [1 + nucDigits]uintptr
@@ -149,8 +149,10 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 }
 
 // launchDraws queues the draws of the sel selected rows' logits on
-// stream, for output out: outNucleus first finds the cuts of the rows that
-// draw as sample.SampleNucleus. They follow the plan's last launch without
+// stream, for output out: outPenalized and outPenalizedNucleus first
+// penalise the rows with penalties, outNucleus and outPenalizedNucleus
+// then find the cuts of the rows that draw as sample.SampleNucleus. They
+// follow the plan's last launch without
 // programmatic dependent launch: launched early, their blocks would hold
 // room on the multiprocessors that the output product's blocks need.
 func (e *exec) launchDraws(sel, out int, stream uintptr) error {
@@ -234,8 +236,9 @@ const (
 	nucDigits    = 3
 )
 
-// newDrawState allocates the draws' device memory and binds the two
-// launches' arguments; the context must be current.
+// newDrawState allocates the draws' device memory and binds the
+// arguments of their launches (penalize, nucleus_max, nucleus_pass, draw);
+// the context must be current.
 func (e *exec) newDrawState() error {
 	p := e.p
 	fn, ok := e.be.funcs["draw"]
@@ -277,7 +280,7 @@ func (e *exec) newDrawState() error {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))
 	}
 	ds.penFn = fnPen
-	ds.penArgs = [10]uint64{logits, e.meta, at(32), at(36), at(40), wsize, wlen, ds.win, vocab}
+	ds.penArgs = [9]uint64{logits, e.meta, at(32), at(36), at(40), wsize, wlen, ds.win, vocab}
 	for i := range ds.penArgs {
 		ds.penParams[i] = uintptr(unsafe.Pointer(&ds.penArgs[i]))
 	}
