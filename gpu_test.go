@@ -212,10 +212,13 @@ func TestDeviceDraws(t *testing.T) {
 	topk := []GenerateOption{WithTemperature(0.8), WithTopK(40), WithTopP(0.95), WithMinP(0.05), WithSeed(13), WithMaxTokens(48)}
 	chain := []GenerateOption{WithTemperature(0.9), WithTopK(20), WithTopP(0.9), WithRepeatPenalty(1.1), WithSeed(12), WithMaxTokens(48)}
 	nucleus := []GenerateOption{WithTemperature(1), WithTopK(0), WithTopP(0.9), WithMinP(0.02), WithSeed(14), WithMaxTokens(48)}
+	bias := func(g *GenerateOptions) { g.Sampling.LogitBias = map[int32]float32{5: 3, 9: -100, 13: 2} }
+	biased := []GenerateOption{WithTemperature(0.9), bias, WithSeed(15), WithMaxTokens(48)}
 	cpuModel := loadStories(t, WithParallel(2))
 	_, wantPlain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", plain...))
 	_, wantTopK, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", topk...))
 	_, wantNucleus, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", nucleus...))
+	_, wantBiased, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", biased...))
 	_, wantChain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", chain...))
 
 	f := &fakeGPUs{devs: []placement.Device{{Index: 0, Name: "fake", FreeBytes: 80 << 30}}, drawing: true}
@@ -252,6 +255,12 @@ func TestDeviceDraws(t *testing.T) {
 	same("top-p, min-p alone", got, wantNucleus)
 	if f.draws() == before {
 		t.Error("a top-p request was not drawn on the device")
+	}
+	before = f.draws()
+	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", biased...))
+	same("a logit bias", got, wantBiased)
+	if f.draws() == before {
+		t.Error("a request with a logit bias was not drawn on the device")
 	}
 	before = f.draws()
 	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", chain...))
@@ -568,6 +577,8 @@ func TestPipelinedGeneration(t *testing.T) {
 		{"repeat penalty", "Once upon a time", []GenerateOption{WithTemperature(0.7), WithTopK(40), WithRepeatPenalty(1.5), WithSeed(9),
 			WithMaxTokens(90)}},
 		{"greedy, repeat penalty", "Lily", []GenerateOption{WithTemperature(0), WithRepeatPenalty(1.3), WithMaxTokens(90)}},
+		{"logit bias", "Lily", []GenerateOption{WithTemperature(0.8), WithTopP(0.9), WithTopK(0), WithSeed(4), WithMaxTokens(60),
+			func(g *GenerateOptions) { g.Sampling.LogitBias = map[int32]float32{13: 4, 29: -100} }}},
 	}
 	want := make([]result, len(cases))
 	for i, c := range cases {

@@ -258,27 +258,39 @@ type Viewer interface {
 // sample.SampleNucleus(logits, Temperature, TopP, MinP, Seed, Step) (a
 // TopP of 0 read as 1).
 //
-// With penalties (Window > 0 and a RepeatPenalty other than 0 or 1, or a
-// PresencePenalty or FrequencyPenalty), the logits of the tokens of Recent
-// (the last at most Window tokens of the row's history, oldest first) are
-// penalised first as sample.Draw.Sample does; a Pipeliner's IssueNext
-// appends each row's draw to its window.
+// With a logit bias (BiasValues[i] added to the logit of BiasIDs[i]) and
+// penalties (Window > 0 and a RepeatPenalty other than 0 or 1, or a
+// PresencePenalty or FrequencyPenalty, on the logits of the tokens of
+// Recent, the last at most Window tokens of the row's history, oldest
+// first), the logits are changed first, in that order, as
+// sample.Draw.Sample does; a Pipeliner's IssueNext appends each row's draw
+// to its window.
 type Sampling struct {
 	Temperature float32
 	TopK        int     // 0, or 1 to MaxTopK
 	TopP, MinP  float32 // top-p in [0, 1] (0 and 1 are off; with a TopK, in (0, 1]), min-p in [0, 1] (0 is off)
 	// RepeatPenalty is positive or 0 (off, as 1); the others finite.
 	RepeatPenalty, PresencePenalty, FrequencyPenalty float32
-	Window                                           int     // 0 to MaxWindow
-	Recent                                           []int32 // at most Window tokens
+	Window                                           int       // 0 to MaxWindow
+	Recent                                           []int32   // at most Window tokens
+	BiasIDs                                          []int32   // ascending, at most MaxBias
+	BiasValues                                       []float32 // finite or -Inf
 	Seed, Step                                       uint64
 }
 
 // MaxTopK is the largest Sampling.TopK (sample.MaxDrawTopK).
 const MaxTopK = 64
 
-// MaxWindow is the largest Sampling.Window (sample.MaxDrawWindow).
-const MaxWindow = 256
+// MaxWindow is the largest Sampling.Window (sample.MaxDrawWindow), MaxBias
+// the most Sampling.BiasIDs (sample.MaxDrawBias).
+const (
+	MaxWindow = 256
+	MaxBias   = 512
+)
+
+// Adjusts reports whether s changes logits before its draw: a bias or
+// penalties.
+func (s Sampling) Adjusts() bool { return len(s.BiasIDs) > 0 || s.Penalizes() }
 
 // Penalizes reports whether s applies penalties.
 func (s Sampling) Penalizes() bool {
@@ -312,6 +324,16 @@ func (s Sampling) Check() error {
 		return fmt.Errorf("penalty window %d outside [0, %d]", s.Window, MaxWindow)
 	case len(s.Recent) > s.Window:
 		return fmt.Errorf("a penalty window of %d holding %d tokens", s.Window, len(s.Recent))
+	case len(s.BiasIDs) != len(s.BiasValues) || len(s.BiasIDs) > MaxBias:
+		return fmt.Errorf("a logit bias of %d ids and %d values, at most %d", len(s.BiasIDs), len(s.BiasValues), MaxBias)
+	}
+	for i, id := range s.BiasIDs {
+		if id < 0 || i > 0 && id <= s.BiasIDs[i-1] {
+			return fmt.Errorf("logit bias token %d negative or out of order", id)
+		}
+		if b := s.BiasValues[i]; math.IsNaN(float64(b)) || math.IsInf(float64(b), 1) {
+			return fmt.Errorf("logit bias %v for token %d, want a finite value or -Inf", b, id)
+		}
 	}
 	return nil
 }

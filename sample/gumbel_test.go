@@ -142,10 +142,11 @@ func TestGumbelMatchesCUDA(t *testing.T) {
 // TestDeviceDraws: a plain chain reports Device parameters, draws exactly
 // as SampleGumbel with the draw count as step, and Advance skips a draw
 // made elsewhere; so does a top-k chain, as SampleTopK, and a top-p or
-// min-p chain without a top-k, as SampleNucleus, each also with penalties
-// over a window of at most MaxDrawWindow tokens (Recent, the history's
-// last Window tokens); a bias, a penalty over a longer window or the whole
-// history, or a top-k above MaxDrawTopK, makes it host-only.
+// min-p chain without a top-k, as SampleNucleus, each also with a logit
+// bias and penalties over a window of at most MaxDrawWindow tokens
+// (Recent, the history's last Window tokens); a penalty over a longer
+// window or the whole history, or a top-k above MaxDrawTopK, makes it
+// host-only.
 func TestDeviceDraws(t *testing.T) {
 	l := make([]float32, 300)
 	for i := range l {
@@ -163,6 +164,9 @@ func TestDeviceDraws(t *testing.T) {
 		{Temperature: 0, RepeatPenalty: 1.3}, {Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1},
 		{Temperature: 1, TopP: 0.9, PresencePenalty: 0.5, FrequencyPenalty: 0.3, PenaltyWindow: 20},
 		{Temperature: 1, FrequencyPenalty: -0.5, PenaltyWindow: MaxDrawWindow},
+		{Temperature: 1, MinP: 0.05, LogitBias: map[int32]float32{3: 1, 15: -2, 16: float32(math.Inf(-1))}},
+		{Temperature: 0, LogitBias: map[int32]float32{3: 1}},
+		{Temperature: 0.9, TopK: 20, RepeatPenalty: 1.3, PresencePenalty: 0.4, LogitBias: map[int32]float32{10: 0.5, 17: 3, 299: -1}},
 	} {
 		p.Seed = 42
 		s, err := New(p, len(l))
@@ -175,6 +179,11 @@ func TestDeviceDraws(t *testing.T) {
 			pe := s.Params()
 			if pe.Temperature > 0 && (pe.TopK > 0 || pe.TopP < 1 || pe.MinP > 0) {
 				want.TopK, want.TopP, want.MinP = pe.TopK, pe.TopP, pe.MinP
+			}
+			for id := range 300 {
+				if b, ok := pe.LogitBias[int32(id)]; ok {
+					want.BiasIDs, want.BiasValues = append(want.BiasIDs, int32(id)), append(want.BiasValues, b)
+				}
 			}
 			if pe.RepeatPenalty != 1 || pe.PresencePenalty != 0 || pe.FrequencyPenalty != 0 {
 				want.RepeatPenalty, want.PresencePenalty, want.FrequencyPenalty = pe.RepeatPenalty, pe.PresencePenalty, pe.FrequencyPenalty
@@ -207,7 +216,6 @@ func TestDeviceDraws(t *testing.T) {
 	}
 	for _, p := range []Params{
 		{Temperature: 1, TopK: MaxDrawTopK + 1}, {Temperature: 1, TopK: MaxDrawTopK + 1, TopP: 0.9},
-		{Temperature: 1, MinP: 0.05, LogitBias: map[int32]float32{3: 1}}, {Temperature: 0, LogitBias: map[int32]float32{3: 1}},
 		{Temperature: 1, RepeatPenalty: 1.1, PenaltyWindow: -1}, {Temperature: 1, RepeatPenalty: 1.1, PenaltyWindow: MaxDrawWindow + 1},
 	} {
 		s, err := New(p, len(l))
@@ -237,6 +245,26 @@ func TestDeviceDraws(t *testing.T) {
 	d.Recent = []int32{1, 2, 3, 4, 5}
 	if _, err := d.Sample(l); err == nil {
 		t.Error("a window holding more than Window tokens drew")
+	}
+	for _, bad := range []Draw{
+		{Temperature: 1, BiasIDs: []int32{1, 2}, BiasValues: []float32{1}},
+		{Temperature: 1, BiasIDs: []int32{300}, BiasValues: []float32{1}},
+		{Temperature: 1, BiasIDs: []int32{5, 2}, BiasValues: []float32{1, 1}},
+		{Temperature: 1, BiasIDs: []int32{5}, BiasValues: []float32{float32(math.NaN())}},
+	} {
+		before := slices.Clone(l)
+		if _, err := bad.Sample(l); err == nil {
+			t.Errorf("%+v drew", bad)
+		}
+		if !slices.Equal(before, l) {
+			t.Errorf("%+v left the logits changed", bad)
+		}
+	}
+	// A token both biased and penalised gets its own logit back.
+	both := Draw{Temperature: 1, BiasIDs: []int32{12, 13}, BiasValues: []float32{2, -1}, RepeatPenalty: 1.5, Window: 3, Recent: []int32{12, 12, 40}}
+	before := slices.Clone(l)
+	if _, err := both.Sample(l); err != nil || !slices.Equal(before, l) {
+		t.Errorf("a biased and penalised draw: %v, logits restored %v", err, slices.Equal(before, l))
 	}
 }
 

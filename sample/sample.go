@@ -35,19 +35,19 @@
 // way, without a softmax or a sort; GumbelNoise is the counter-based noise
 // it uses, a pure function of (seed, step, token) that a kernel computes
 // bit for bit, and SampleGumbel is the reference for that kernel. A plain
-// chain — greedy or temperature alone, no bias or truncation — is drawn
-// that way by Sample too, with the draw count as step (Device, Advance),
-// after the penalties, so its tokens are the same whether the host or a
-// GPU draws them. So is a chain with a top-k of at most MaxDrawTopK (and
-// any top-p and min-p, no bias, llama.cpp's default chain among them):
+// chain — greedy or temperature alone, no truncation — is drawn that way
+// by Sample too, with the draw count as step (Device, Advance), after the
+// bias and the penalties, so its tokens are the same whether the host or
+// a GPU draws them. So is a chain with a top-k of at most MaxDrawTopK (and
+// any top-p and min-p, llama.cpp's default chain among them):
 // SampleTopK ranks the k candidates, applies top-p and min-p in rank order
 // with arithmetic a kernel repeats to the bit, and takes the Gumbel-max
 // of those kept. So is a chain with top-p or min-p and no top-k (the
 // OpenAI API's usual request): SampleNucleus counts top-p's mass in exact
 // integers, finds its cut by a radix selection on the logits' bits, and
 // takes the Gumbel-max of those kept. Any other chain (a top-k above
-// MaxDrawTopK with a truncation, or a logit bias with a temperature)
-// draws by inverse CDF from a PCG stream.
+// MaxDrawTopK with top-p or min-p) draws by inverse CDF from a PCG
+// stream.
 //
 // # Cost
 //
@@ -140,12 +140,13 @@ type Sampler struct {
 	rng      *rand.Rand
 	window   int // tokens of history the penalties look at; -1 is all
 	penalize bool
-	// plain: greedy, or a temperature with no truncation; no bias. A draw
-	// is then SampleGumbel's (of the logits after the penalties), keyed by
-	// the seed and the draw count step. topk: a temperature with a top-k
-	// of at most MaxDrawTopK (and any top-p and min-p), no bias: a draw is
+	// plain: greedy, or a temperature with no truncation. A draw is then
+	// SampleGumbel's (of the logits after the bias and penalties), keyed
+	// by the seed and the draw count step. topk: a temperature with a
+	// top-k of at most MaxDrawTopK (and any top-p and min-p): a draw is
 	// SampleTopK's, keyed the same way. nucleus: a temperature with top-p
-	// or min-p and no top-k or bias: SampleNucleus's.
+	// or min-p and no top-k: SampleNucleus's. Any other chain (a top-k
+	// above MaxDrawTopK with top-p or min-p) draws by inverse CDF.
 	plain, topk, nucleus bool
 	step                 uint64
 
@@ -208,12 +209,11 @@ func New(p Params, vocab int) (*Sampler, error) {
 	if s.penalize {
 		s.counts = make([]int32, vocab)
 	}
-	// Greedy ignores truncation: none of it can drop the argmax. The
-	// penalties change the logits before any of these draws.
-	noBias := len(s.biasIDs) == 0
-	s.plain = noBias && (p.Temperature == 0 || p.TopK == 0 && p.TopP == 1 && p.MinP == 0)
-	s.topk = noBias && p.Temperature > 0 && p.TopK > 0 && p.TopK <= MaxDrawTopK
-	s.nucleus = noBias && p.Temperature > 0 && p.TopK == 0 && !s.plain
+	// Greedy ignores truncation: none of it can drop the argmax. The bias
+	// and the penalties change the logits before any of these draws.
+	s.plain = p.Temperature == 0 || p.TopK == 0 && p.TopP == 1 && p.MinP == 0
+	s.topk = p.Temperature > 0 && p.TopK > 0 && p.TopK <= MaxDrawTopK
+	s.nucleus = p.Temperature > 0 && p.TopK == 0 && !s.plain
 	if p.Temperature > 0 && !s.plain && !s.topk && !s.nucleus {
 		s.cands = make([]cand, 0, vocab)
 		if p.TopP < 1 {
@@ -294,12 +294,21 @@ type Draw struct {
 	RepeatPenalty, PresencePenalty, FrequencyPenalty float32
 	Window                                           int
 	Recent                                           []int32
-	Seed, Step                                       uint64
+	// The logit bias, added before the penalties: BiasValues[i] to the
+	// logit of token BiasIDs[i] (ids ascending, at most MaxDrawBias;
+	// values finite or -Inf).
+	BiasIDs    []int32
+	BiasValues []float32
+	Seed, Step uint64
 }
 
-// MaxDrawWindow is the longest penalty window of a Draw: a GPU keeps each
-// row's window beside its draws.
-const MaxDrawWindow = 256
+// MaxDrawWindow is the longest penalty window of a Draw, and MaxDrawBias
+// the most biased tokens: a GPU keeps each row's window and bias beside
+// its draws.
+const (
+	MaxDrawWindow = 256
+	MaxDrawBias   = 512
+)
 
 // Penalizes reports whether d applies penalties.
 func (d Draw) Penalizes() bool {
@@ -315,19 +324,47 @@ func (d Draw) Nucleus() bool {
 // Sample makes the draw from logits. The penalties change the logits of
 // Recent's tokens while it draws; logits is as it was on return.
 func (d Draw) Sample(logits []float32) (int32, error) {
-	if !d.Penalizes() || len(d.Recent) == 0 {
+	pen := d.Penalizes() && len(d.Recent) > 0
+	if !pen && len(d.BiasIDs) == 0 {
 		return d.sample(logits)
 	}
-	var saved [MaxDrawWindow]cand
-	n, err := d.penalize(logits, &saved)
-	if err != nil {
-		return 0, err
+	// Each logit changed, with its value before, in order: restored in
+	// reverse, a token both biased and penalised gets its own value back.
+	var saved [MaxDrawBias + MaxDrawWindow]cand
+	n, err := d.bias(logits, &saved)
+	if err == nil && pen {
+		var m int
+		m, err = d.penalize(logits, (*[MaxDrawWindow]cand)(saved[n:]))
+		n += m
 	}
-	id, err := d.sample(logits)
-	for _, c := range saved[:n] {
-		logits[c.id] = c.v
+	id := int32(0)
+	if err == nil {
+		id, err = d.sample(logits)
+	}
+	for i := n - 1; i >= 0; i-- {
+		logits[saved[i].id] = saved[i].v
 	}
 	return id, err
+}
+
+// bias adds d's logit bias to logits, keeping each changed logit's old
+// value in saved, and returns how many it changed.
+func (d Draw) bias(logits []float32, saved *[MaxDrawBias + MaxDrawWindow]cand) (int, error) {
+	if len(d.BiasIDs) != len(d.BiasValues) || len(d.BiasIDs) > MaxDrawBias {
+		return 0, fmt.Errorf("sample: a logit bias of %d ids and %d values, at most %d", len(d.BiasIDs), len(d.BiasValues), MaxDrawBias)
+	}
+	for i, id := range d.BiasIDs {
+		b := d.BiasValues[i]
+		switch {
+		case id < 0 || int(id) >= len(logits) || i > 0 && id <= d.BiasIDs[i-1]:
+			return i, fmt.Errorf("sample: logit bias token %d outside the vocabulary [0, %d) or out of order", id, len(logits))
+		case math.IsNaN(float64(b)) || math.IsInf(float64(b), 1):
+			return i, fmt.Errorf("sample: logit bias %v for token %d, want a finite value or -Inf", b, id)
+		}
+		saved[i] = cand{id, logits[id]}
+		logits[id] += b
+	}
+	return len(d.BiasIDs), nil
 }
 
 // penalize applies d's penalties to logits, once per distinct token of
@@ -384,16 +421,18 @@ func (d Draw) sample(logits []float32) (int32, error) {
 // (whatever its truncation), a plain temperature draw (no top-k, top-p or
 // min-p), a temperature with a top-k of at most MaxDrawTopK and any top-p
 // and min-p, or a temperature with top-p or min-p and no top-k; in each
-// case with no logit bias, and with penalties only over a window of at
-// most MaxDrawWindow tokens. Sample draws such a chain the same way, so a
-// token does not depend on where it was drawn. After a draw made
-// elsewhere, call Advance.
+// case with a logit bias of at most MaxDrawBias tokens (BiasIDs and
+// BiasValues are the Sampler's: read them, do not change them) and
+// penalties only over a window of at most MaxDrawWindow tokens. Sample
+// draws such a chain the same way, so a token does not depend on where it
+// was drawn. After a draw made elsewhere, call Advance.
 func (s *Sampler) Device(history []int32) (Draw, bool) {
 	d := Draw{Temperature: s.p.Temperature, Seed: s.seed, Step: s.step}
 	if s.topk || s.nucleus {
 		d.TopK, d.TopP, d.MinP = s.p.TopK, s.p.TopP, s.p.MinP
 	}
-	ok := s.plain || s.topk || s.nucleus
+	ok := (s.plain || s.topk || s.nucleus) && len(s.biasIDs) <= MaxDrawBias
+	d.BiasIDs, d.BiasValues = s.biasIDs, s.biasVal
 	if s.penalize {
 		ok = ok && s.window > 0 && s.window <= MaxDrawWindow
 		d.RepeatPenalty, d.PresencePenalty, d.FrequencyPenalty = s.p.RepeatPenalty, s.p.PresencePenalty, s.p.FrequencyPenalty

@@ -69,9 +69,12 @@ type exec struct {
 
 	draw *drawState // device draws (sample.go), set up on first use
 	// drawOut is the output of the draws staged last (outDrawn to
-	// outPenalizedNucleus, drawOut).
-	drawOut int
-	chain   chain // decode steps queued ahead of the host (chain.go)
+	// outAdjustedNucleus, drawOut); drawWindows and drawBias, whether a
+	// row of them has a penalty window or a logit bias for the run to
+	// copy up.
+	drawOut               int
+	drawWindows, drawBias bool
+	chain                 chain // decode steps queued ahead of the host (chain.go)
 
 	alpha, beta float32  // cuBLAS scalars, read through pointers
 	sys         callArgs // arguments of the replay's driver calls
@@ -113,10 +116,10 @@ const (
 	// outDrawn with the cuts of top-p (nucleus_max, nucleus_pass) before
 	// the draws: a row draws as sample.SampleNucleus.
 	outNucleus
-	// outDrawn and outNucleus with the penalties applied to the logits
-	// first (penalize): a row penalises its recent tokens.
-	outPenalized
-	outPenalizedNucleus
+	// outDrawn and outNucleus with the logits changed first (adjust): a
+	// row has a logit bias or penalises its recent tokens.
+	outAdjusted
+	outAdjustedNucleus
 	numOuts
 )
 
@@ -396,20 +399,23 @@ func (e *exec) allocate(pl *planned) error {
 }
 
 // drawParamBytes is the size of a row's draw parameters (drawHost).
-const drawParamBytes = 56
+const drawParamBytes = 60
 
 // drawHost is the host side of the device draws (sample.go): the
 // parameters, which follow the batch at drawAt on both sides (seeds,
-// steps, temperatures, top-ks, top-ps, min-ps, the penalties, then the
-// penalty windows' sizes, lengths and next places, so that one copy moves
-// the batch and them), the windows' tokens, and the drawn ids.
+// steps, temperatures, top-ks, top-ps, min-ps, the penalties, the
+// penalty windows' sizes, lengths and next places, then the logit biases'
+// lengths, so that one copy moves the batch and them), the windows'
+// tokens, the biases, and the drawn ids.
 type drawHost struct {
 	seed, step         []uint64
 	temp, topP, minP   []float32
 	topK               []int32
 	rep, pres, freq    []float32
 	wsize, wlen, wnext []int32
-	win                []int32                       // [MaxRows, backend.MaxWindow]: each row's window, oldest first
+	win                []int32 // [MaxRows, backend.MaxWindow]: each row's window, oldest first
+	blen               []int32
+	bias               []biasEntry                   // [MaxRows, backend.MaxBias]: each row's logit bias
 	ids                [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
 	// drawn is where the draw kernel stores row r's draw itself, at
 	// 2r + (the draw's step & 1), through drawnDev, its device address:
@@ -420,6 +426,12 @@ type drawHost struct {
 	drawnDev uint64
 }
 
+// biasEntry is one token's logit bias, as sample.cu's adjust reads it.
+type biasEntry struct {
+	id int32
+	v  float32
+}
+
 // stageHost lays out the host side of a run (exec.pinned) in one block of
 // page-locked memory, or of Go memory where the driver does not give it.
 func (e *exec) stageHost() {
@@ -428,7 +440,8 @@ func (e *exec) stageHost() {
 	drawBytes := (drawParamBytes*m + 4*backend.MaxPipelined*m + 8*m + 7) &^ 7
 	outFloats := min(m, smallRows) * max(p.Vocab, p.Dim)
 	winAt := metaBytes + drawBytes + 4*outFloats
-	size := winAt + 4*backend.MaxWindow*m
+	biasAt := winAt + 4*backend.MaxWindow*m
+	size := biasAt + 8*backend.MaxBias*m
 	var block unsafe.Pointer
 	var dev uint64
 	if os.Getenv("WEFT_CUDA_PINNED") != "0" {
@@ -464,6 +477,8 @@ func (e *exec) stageHost() {
 	dh.wlen = unsafe.Slice((*int32)(at(metaBytes+48*m)), m)
 	dh.wnext = unsafe.Slice((*int32)(at(metaBytes+52*m)), m)
 	dh.win = unsafe.Slice((*int32)(at(winAt)), backend.MaxWindow*m)
+	dh.blen = unsafe.Slice((*int32)(at(metaBytes+56*m)), m)
+	dh.bias = unsafe.Slice((*biasEntry)(at(biasAt)), backend.MaxBias*m)
 	for i := range dh.ids {
 		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+drawParamBytes*m+4*i*m)), m)
 	}

@@ -193,11 +193,18 @@ func (e *exec) issue(b *backend.Batch, draws, stage bool) (bool, error) {
 	if r := c.call(d.htoDAsync, 4); r != 0 {
 		return false, fmt.Errorf("cuda: copying the batch: %w", d.err(r))
 	}
-	if draws && (e.drawOut == outPenalized || e.drawOut == outPenalizedNucleus) {
+	if draws && e.drawWindows {
 		win := e.drawHost.win
 		*c = callArgs{uintptr(e.draw.win), uintptr(unsafe.Pointer(&win[0])), uintptr(4 * backend.MaxWindow * sel), 0}
 		if r := c.call(d.htoDAsync, 4); r != 0 {
 			return false, fmt.Errorf("cuda: copying the penalty windows: %w", d.err(r))
+		}
+	}
+	if draws && e.drawBias {
+		bias := e.drawHost.bias
+		*c = callArgs{uintptr(e.draw.bias), uintptr(unsafe.Pointer(&bias[0])), uintptr(8 * backend.MaxBias * sel), 0}
+		if r := c.call(d.htoDAsync, 4); r != 0 {
+			return false, fmt.Errorf("cuda: copying the logit biases: %w", d.err(r))
 		}
 	}
 	out := outDevice

@@ -513,20 +513,31 @@ __device__ void nucleus_ties(const float* l, int vocab, const nucleus& s, float 
 }
 
 #define PEN_WINDOW 256 // backend.MaxWindow: a row's window tokens, a ring from wnext
+#define MAX_BIAS 512   // backend.MaxBias: a row's biased tokens
 
-// penalize: block r applies row r's penalties to its logits, as
-// sample.Draw.Sample does, once per distinct token of its window (the
-// wlen[r] tokens at win[r*PEN_WINDOW]; wsize[r] 0: none): the repeat
-// penalty divides a positive logit and multiplies another, then the
-// presence penalty and the frequency penalty times the token's count are
-// subtracted, every operation rounded on its own.
-extern "C" __global__ __launch_bounds__(DRAW_THREADS) void penalize(float* logits, const int* meta, const float* rep,
-        const float* pres, const float* freq, const int* wsize, const int* wlen, const int* win, int vocab) {
+// adjust: block r changes row r's logits as sample.Draw.Sample does:
+// first the logit bias (blen[r] pairs of token and value at
+// bias[r*MAX_BIAS], distinct tokens), then the penalties, once per
+// distinct token of its window (the wlen[r] tokens at win[r*PEN_WINDOW];
+// wsize[r] 0: none): the repeat penalty divides a positive logit and
+// multiplies another, then the presence penalty and the frequency penalty
+// times the token's count are subtracted, every operation rounded on its
+// own.
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits, const int* meta, const float* rep,
+        const float* pres, const float* freq, const int* wsize, const int* wlen, const int* win, const int* blen,
+        const int2* bias, int vocab) {
     int r = blockIdx.x;
-    if (r >= meta[1] || wsize[r] <= 0) return;
+    if (r >= meta[1]) return;
+    float* l = logits + (u64)r * vocab;
+    const int2* b = bias + (u64)r * MAX_BIAS;
+    for (int j = threadIdx.x; j < blen[r]; j += DRAW_THREADS) {
+        int2 e = b[j];
+        l[e.x] = __fadd_rn(l[e.x], __int_as_float(e.y));
+    }
+    if (wsize[r] <= 0) return;
+    __syncthreads(); // the biased logits, before the penalties read them
     int n = wlen[r];
     const int* w = win + (u64)r * PEN_WINDOW;
-    float* l = logits + (u64)r * vocab;
     for (int j = threadIdx.x; j < n; j += DRAW_THREADS) {
         int t = w[j], count = 0;
         bool first = true;

@@ -36,14 +36,16 @@ type drawState struct {
 	nst    uint64 // device: sample.cu's nucleus [MaxRows], a nucleus row's cut
 	hist   uint64 // device: uint64 [MaxRows, nucBuckets], a nucleus row's masses by digit (0 between launches)
 	win    uint64 // device: int32 [MaxRows, backend.MaxWindow], the penalty windows (a ring from wnext)
+	bias   uint64 // device: biasEntry [MaxRows, backend.MaxBias], the logit biases
 	chunks int
 	fn     uintptr
 	args   [23]uint64 // draw's arguments
 	params [23]uintptr
-	// penalize's launch, before the others where a row penalises.
-	penFn     uintptr
-	penArgs   [9]uint64
-	penParams [9]uintptr
+	// adjust's launch, before the others where a row has a logit bias or
+	// penalties.
+	adjFn     uintptr
+	adjArgs   [11]uint64
+	adjParams [11]uintptr
 	// The nucleus rows' launches before draw: nucleus_max, then
 	// nucleus_pass for each digit of the cut.
 	nucFns    [1 + nucDigits]uintptr
@@ -126,13 +128,23 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		}
 	}
 	dh := &e.drawHost
+	e.drawWindows, e.drawBias = false, false
 	for i, x := range s {
 		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
 		dh.topK[i], dh.topP[i], dh.minP[i] = int32(x.TopK), x.TopP, x.MinP
+		dh.blen[i] = int32(len(x.BiasIDs))
+		for j, id := range x.BiasIDs {
+			if int(id) >= e.p.Vocab {
+				return fmt.Errorf("cuda: row %d: logit bias token %d outside the vocabulary [0, %d)", i, id, e.p.Vocab)
+			}
+			dh.bias[i*backend.MaxBias+j] = biasEntry{id, x.BiasValues[j]}
+		}
+		e.drawBias = e.drawBias || len(x.BiasIDs) > 0
 		dh.wsize[i], dh.wlen[i], dh.wnext[i] = 0, 0, 0
 		if !x.Penalizes() {
 			continue
 		}
+		e.drawWindows = true
 		// The window, oldest first; the next draw goes after it, or over
 		// its oldest token once it is full.
 		for _, t := range x.Recent {
@@ -149,21 +161,22 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 }
 
 // launchDraws queues the draws of the sel selected rows' logits on
-// stream, for output out: outPenalized and outPenalizedNucleus first
-// penalise the rows with penalties, outNucleus and outPenalizedNucleus
+// stream, for output out: outAdjusted and outAdjustedNucleus first
+// change the logits of rows with a bias or penalties, outNucleus and
+// outAdjustedNucleus
 // then find the cuts of the rows that draw as sample.SampleNucleus. They
 // follow the plan's last launch without
 // programmatic dependent launch: launched early, their blocks would hold
 // room on the multiprocessors that the output product's blocks need.
 func (e *exec) launchDraws(sel, out int, stream uintptr) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
-	if out == outPenalized || out == outPenalizedNucleus {
-		*c = callArgs{ds.penFn, uintptr(sel), 1, 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.penParams[0])), 0}
+	if out == outAdjusted || out == outAdjustedNucleus {
+		*c = callArgs{ds.adjFn, uintptr(sel), 1, 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.adjParams[0])), 0}
 		if r := c.call(d.launchKernel, 11); r != 0 {
-			return fmt.Errorf("cuda: launching the penalties: %w", d.err(r))
+			return fmt.Errorf("cuda: launching the logit biases and penalties: %w", d.err(r))
 		}
 	}
-	if out == outNucleus || out == outPenalizedNucleus {
+	if out == outNucleus || out == outAdjustedNucleus {
 		for i, fn := range ds.nucFns {
 			*c = callArgs{fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.nucParams[i][0])), 0}
 			if r := c.call(d.launchKernel, 11); r != 0 {
@@ -182,20 +195,20 @@ func (e *exec) launchDraws(sel, out int, stream uintptr) error {
 
 // drawOut is the output of a run drawing by s: outDrawn, or with the
 // launches that a row needs where one draws as sample.SampleNucleus
-// (outNucleus), penalises its logits (outPenalized), or both.
+// (outNucleus), changes its logits first (outAdjusted), or both.
 func drawOut(s []backend.Sampling) int {
 	nucleus, pen := false, false
 	for _, x := range s {
 		nucleus = nucleus || x.Nucleus()
-		pen = pen || x.Penalizes() // an empty window too: IssueNext fills it
+		pen = pen || x.Adjusts() // an empty window too: IssueNext fills it
 	}
 	switch {
 	case nucleus && pen:
-		return outPenalizedNucleus
+		return outAdjustedNucleus
 	case nucleus:
 		return outNucleus
 	case pen:
-		return outPenalized
+		return outAdjusted
 	}
 	return outDrawn
 }
@@ -237,15 +250,15 @@ const (
 )
 
 // newDrawState allocates the draws' device memory and binds the
-// arguments of their launches (penalize, nucleus_max, nucleus_pass, draw);
+// arguments of their launches (adjust, nucleus_max, nucleus_pass, draw);
 // the context must be current.
 func (e *exec) newDrawState() error {
 	p := e.p
 	fn, ok := e.be.funcs["draw"]
 	fnMax, okMax := e.be.funcs["nucleus_max"]
 	fnPass, okPass := e.be.funcs["nucleus_pass"]
-	fnPen, okPen := e.be.funcs["penalize"]
-	if !ok || !okMax || !okPass || !okPen {
+	fnAdj, okAdj := e.be.funcs["adjust"]
+	if !ok || !okMax || !okPass || !okAdj {
 		return errors.New("cuda: a draw kernel is missing")
 	}
 	if drawChunk > drawMaxChunk {
@@ -258,7 +271,7 @@ func (e *exec) newDrawState() error {
 		n   int
 	}{{&ds.part, 8 * m * ds.chunks}, {&ds.cands, 8 * m * ds.chunks * backend.MaxTopK}, {&ds.ids, 4 * m}, {&ds.done, 4 * m},
 		{&ds.groups, 4 * m * ((ds.chunks + drawGroup - 1) / drawGroup)}, {&ds.nst, nucleusBytes * m}, {&ds.hist, 8 * nucBuckets * m},
-		{&ds.win, 4 * backend.MaxWindow * m}} {
+		{&ds.win, 4 * backend.MaxWindow * m}, {&ds.bias, 8 * backend.MaxBias * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
@@ -279,10 +292,10 @@ func (e *exec) newDrawState() error {
 	for i := range ds.args {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))
 	}
-	ds.penFn = fnPen
-	ds.penArgs = [9]uint64{logits, e.meta, at(32), at(36), at(40), wsize, wlen, ds.win, vocab}
-	for i := range ds.penArgs {
-		ds.penParams[i] = uintptr(unsafe.Pointer(&ds.penArgs[i]))
+	ds.adjFn = fnAdj
+	ds.adjArgs = [11]uint64{logits, e.meta, at(32), at(36), at(40), wsize, wlen, ds.win, at(56), ds.bias, vocab}
+	for i := range ds.adjArgs {
+		ds.adjParams[i] = uintptr(unsafe.Pointer(&ds.adjArgs[i]))
 	}
 	ds.nucFns[0] = fnMax
 	ds.nucArgs[0] = [12]uint64{ds.part, logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst}

@@ -74,6 +74,9 @@ func TestDeviceDraws(t *testing.T) {
 					s[i].RepeatPenalty, s[i].PresencePenalty, s[i].FrequencyPenalty, s[i].Window = 1.3, -3, 0.5, 5
 					s[i].Recent = history[i][max(0, len(history[i])-5):]
 				}
+				if (i+step)%4 == 3 { // a logit bias: a few tokens favoured, one banned
+					s[i].BiasIDs, s[i].BiasValues = []int32{3, 40, 41, 200, int32(v - 1)}, []float32{2, 5, -1, float32(math.Inf(-1)), 3}
+				}
 			}
 			if err := m.Step(logitSeqs, toks, logits); err != nil {
 				t.Fatal(err)
@@ -278,7 +281,7 @@ func TestPipelinedDraws(t *testing.T) {
 // (ties across chunks), -0 beside +0, NaN, ±Inf, rows with fewer finite
 // logits than k and none at all, every top-k, top-p and min-p setting,
 // penalties over windows of up to backend.MaxWindow tokens (repeats among
-// them),
+// them), logit biases (bans among them) on the same tokens,
 // and chunks of 4 tokens (a merge of 375 chunks' candidates in rounds), 48
 // and 2048 (one chunk). The logits are an F32 embedding table's rows,
 // chosen by the batch's tokens, so they reach the draws as written.
@@ -347,6 +350,12 @@ func TestTopKDraws(t *testing.T) {
 			bt := tokenBatch(rng, rows, vocab)
 			for i := range s {
 				s[i] = backend.Sampling{Temperature: []float32{0, 0.05, 0.8, 2.5}[rng.IntN(4)], Seed: uint64(trial), Step: uint64(i)}
+				if rng.IntN(3) == 0 { // a logit bias over up to MaxBias tokens
+					for id := 0; id < vocab && len(s[i].BiasIDs) < backend.MaxBias; id += 1 + rng.IntN(30) {
+						s[i].BiasIDs = append(s[i].BiasIDs, int32(id))
+						s[i].BiasValues = append(s[i].BiasValues, []float32{-3, 0.5, 4, float32(math.Inf(-1))}[rng.IntN(4)])
+					}
+				}
 				if rng.IntN(3) == 0 { // penalties over a window of the vocabulary
 					s[i].RepeatPenalty = []float32{0, 1, 1.1, 3}[rng.IntN(4)]
 					s[i].PresencePenalty, s[i].FrequencyPenalty = []float32{0, -2, 1}[rng.IntN(3)], []float32{0, 0.5, -1}[rng.IntN(3)]
@@ -410,7 +419,8 @@ func TestDrawCost(t *testing.T) {
 		}
 		for _, s := range []backend.Sampling{{}, {Temperature: 0.8}, {Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05},
 			{Temperature: 0.8, TopK: backend.MaxTopK, TopP: 1}, {Temperature: 1, TopP: 0.9}, {Temperature: 0.8, TopP: 0.95, MinP: 0.05},
-			{Temperature: 0.8, MinP: 0.05}, {Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, Window: 64, Recent: recent}} {
+			{Temperature: 0.8, MinP: 0.05}, {Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, Window: 64, Recent: recent},
+			{Temperature: 0.8, TopK: 40, TopP: 0.9, BiasIDs: recent, BiasValues: make([]float32, len(recent))}} {
 			if err := e.RunSampled(b, []backend.Sampling{s}, out); err != nil {
 				t.Fatal(err)
 			}
