@@ -54,12 +54,15 @@
 // Nothing is allocated per token: buffers are sized to the vocabulary in
 // New. Nothing sorts the vocabulary either. Top-k keeps a heap of K
 // candidates in one pass over the logits. SampleNucleus reads the logits
-// five times (the largest, three digits of the cut, the draw) with an exp
-// per finite token in the first digit's pass and few in the others. On the inverse-CDF path top-p builds a histogram
-// of the probability mass during the softmax (eight buckets per power of
-// two), which places its boundary within one bucket; one pass drops what
-// lies below, and a quickselect on mass ranks only that bucket's tokens.
-// The softmax's exp is a float32-accurate polynomial, not math.Exp.
+// three times (the largest; the first digit of the cut, with an exp a
+// token; the second digit, drawing among the tokens above the first's),
+// then the first digit's tokens for the rest. A Gumbel draw takes
+// logarithms only for the tokens that may beat the best so far. On the
+// inverse-CDF path top-p builds a histogram of the probability mass during
+// the softmax (eight buckets per power of two), which places its boundary
+// within one bucket; one pass drops what lies below, and a quickselect on
+// mass ranks only that bucket's tokens. The softmax's exp is a
+// float32-accurate polynomial, not math.Exp.
 package sample
 
 import (
@@ -321,8 +324,8 @@ func (d Draw) Nucleus() bool {
 	return d.Temperature > 0 && d.TopK == 0 && (d.TopP > 0 && d.TopP < 1 || d.MinP > 0)
 }
 
-// Sample makes the draw from logits. The penalties change the logits of
-// Recent's tokens while it draws; logits is as it was on return.
+// Sample makes the draw from logits. The bias and the penalties change the
+// logits of their tokens while it draws; logits is as it was on return.
 func (d Draw) Sample(logits []float32) (int32, error) {
 	pen := d.Penalizes() && len(d.Recent) > 0
 	if !pen && len(d.BiasIDs) == 0 {
@@ -399,7 +402,7 @@ func (d Draw) penalize(logits []float32, saved *[MaxDrawWindow]cand) (int, error
 	return n, nil
 }
 
-// sample is Sample after the penalties.
+// sample is Sample after the bias and the penalties.
 func (d Draw) sample(logits []float32) (int32, error) {
 	switch {
 	case d.Nucleus():
