@@ -124,9 +124,10 @@ func (n *nucleusDraw) cutAndDraw(topP float32) {
 	l, mx, fmx := n.l, n.mx, float64(n.mx)
 	d0, d1, d2 := nucleusDigits[0], nucleusDigits[1], nucleusDigits[2]
 	for _, v := range l {
-		// prob's arithmetic, written out for speed.
+		// prob's arithmetic, written out for speed; below e^-28 (< 2^-40)
+		// a token has no mass, so its exp is not needed.
 		x := (float64(v) - fmx) * n.invT
-		if !(x >= underflow) && v != mx { // NaN, -Inf and what underflows
+		if !(x >= -28) && v != mx { // NaN, -Inf and no mass
 			continue
 		}
 		q := uint64(1 << massShift)
@@ -143,15 +144,17 @@ func (n *nucleusDraw) cutAndDraw(topP float32) {
 
 	clear(n.hist[:])
 	listed, over := 0, false
-	negInf := float32(math.Inf(-1))
+	// The first digit's bounds as logits: rankKey is monotonic, so a
+	// token's digit is above first when v >= hi and is first when lo <= v
+	// < hi. first holds a token with mass, so lo is finite; hi is NaN
+	// (nothing compares above it) when first holds +Inf.
+	lo, hi := keyLogit((first)<<d0.shift), keyLogit((first+1)<<d0.shift)
 	for i, v := range l {
-		if !(v > negInf) {
-			continue
-		}
-		switch k := rankKey(v); {
-		case k>>d0.shift > first:
+		switch {
+		case v >= hi:
 			n.offer(i, false)
-		case k>>d0.shift == first:
+		case v >= lo:
+			k := rankKey(v)
 			n.hist[k>>d1.shift&(1<<d1.bits-1)] += massOf(prob(v, mx, n.invT))
 			if listed < len(n.inBucket) {
 				n.inBucket[listed] = int32(i)
@@ -161,6 +164,7 @@ func (n *nucleusDraw) cutAndDraw(topP float32) {
 			}
 		}
 	}
+	negInf := float32(math.Inf(-1))
 	second, left := n.digit(d1.bits, left)
 
 	// The tokens of the first digit, in id order.
