@@ -439,7 +439,8 @@ func TestDrawCost(t *testing.T) {
 			if r := e.be.drv.cuCtxSynchronize(); r != 0 {
 				t.Fatal(e.be.drv.err(r))
 			}
-			t.Logf("chunk %d, %+v: %.1f µs a draw", chunk, s, float64(time.Since(start).Microseconds())/n)
+			t.Logf("chunk %d, T %g k %d p %g m %g, repeat %g over %d, %d biased: %.1f µs a draw", chunk, s.Temperature, s.TopK, s.TopP, s.MinP,
+				s.RepeatPenalty, len(s.Recent), len(s.BiasIDs), float64(time.Since(start).Microseconds())/n)
 			if s.Nucleus() {
 				// Each launch of a nucleus draw alone: nucleus_max, the
 				// passes, draw.
