@@ -239,38 +239,26 @@ func TestDeviceDraws(t *testing.T) {
 			}
 		}
 	}
-	_, got, _ := collect(t, m.Generate(context.Background(), "Once upon a time", plain...))
-	same("plain alone", got, wantPlain)
-	if f.draws() == 0 {
-		t.Error("a plain temperature request was not drawn on the device")
+	// Each request alone: the same tokens as on the CPU, drawn on the
+	// device.
+	for _, c := range []struct {
+		what string
+		opts []GenerateOption
+		want []int32
+	}{
+		{"plain alone", plain, wantPlain}, {"top-k, top-p, min-p alone", topk, wantTopK}, {"top-p, min-p alone", nucleus, wantNucleus},
+		{"a logit bias", biased, wantBiased}, {"a penalty alone", chain, wantChain},
+	} {
+		before := f.draws()
+		_, got, _ := collect(t, m.Generate(context.Background(), "Once upon a time", c.opts...))
+		same(c.what, got, c.want)
+		if f.draws() == before {
+			t.Errorf("%s: not drawn on the device", c.what)
+		}
 	}
 	before := f.draws()
-	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", topk...))
-	same("top-k, top-p, min-p alone", got, wantTopK)
-	if f.draws() == before {
-		t.Error("a top-k request was not drawn on the device")
-	}
-	before = f.draws()
-	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", nucleus...))
-	same("top-p, min-p alone", got, wantNucleus)
-	if f.draws() == before {
-		t.Error("a top-p request was not drawn on the device")
-	}
-	before = f.draws()
-	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", biased...))
-	same("a logit bias", got, wantBiased)
-	if f.draws() == before {
-		t.Error("a request with a logit bias was not drawn on the device")
-	}
-	before = f.draws()
-	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", chain...))
-	same("a penalty alone", got, wantChain)
-	if f.draws() == before {
-		t.Error("a request with a repeat penalty was not drawn on the device")
-	}
-	before = f.draws()
 	withLogprobs := append(slices.Clone(chain), WithLogprobs(2))
-	_, got, _ = collect(t, m.Generate(context.Background(), "Once upon a time", withLogprobs...))
+	_, got, _ := collect(t, m.Generate(context.Background(), "Once upon a time", withLogprobs...))
 	same("a penalty with log-probabilities", got, wantChain)
 	if f.draws() != before {
 		t.Errorf("the device drew %d tokens for requests that need the logits", f.draws()-before)
