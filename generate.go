@@ -317,9 +317,9 @@ type stream struct {
 // deviceDraw reports whether the backend may draw this stream's next
 // token where the logits are, and how: a chain that needs only the logits
 // and the last tokens fed (sample.Sampler.Device: greedy, a temperature
-// alone, with a top-k of at most 64, or with top-p or min-p, and
-// penalties over a short window) with neither log-probabilities nor a
-// JSON constraint, which need the logits on the host.
+// alone, with a top-k of at most 64, or with top-p or min-p; a logit
+// bias, and penalties over a short window) with neither log-probabilities
+// nor a JSON constraint, which need the logits on the host.
 func (st *stream) deviceDraw() (backend.Sampling, bool) {
 	d, ok := st.sampler.Device(st.context)
 	if !ok || st.json != nil || st.g.Logprobs {
