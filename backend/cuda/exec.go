@@ -69,7 +69,7 @@ type exec struct {
 
 	draw *drawState // device draws (sample.go), set up on first use
 	// drawOut is the output of the draws staged last (outDrawn to
-	// outAdjustedNucleus, drawOut); drawWindows and drawBias, whether a
+	// outFolded: drawOut, stageDraws); drawWindows and drawBias, whether a
 	// row of them has a penalty window or a logit bias for the run to
 	// copy up.
 	drawOut               int
@@ -100,6 +100,8 @@ type launch struct {
 	kernel string // the kernel's name (or "" for a cuBLAS product)
 	// copyOff and copyLen: the bytes of the logits it finishes (call).
 	copyOff, copyLen int64
+	logits           bool // it computes a one-row batch's logits (call)
+	at               int  // its first argument's index in args
 }
 
 // What a run leaves where, the graphs' third index.
@@ -120,6 +122,10 @@ const (
 	// row has a logit bias or penalises its recent tokens.
 	outAdjusted
 	outAdjustedNucleus
+	// outDrawn for one selected row that draws greedily or by temperature
+	// alone, with the draw folded into the output product (its twins
+	// matvec1d_*, then draw_fold: sample.go's folds).
+	outFolded
 	numOuts
 )
 
@@ -593,7 +599,8 @@ func (e *exec) bind(calls []call) error {
 	at := 0
 	for _, c := range calls {
 		l := launch{op: c.op, head: e.p.Ops[c.op].Head, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
-			which: c.which, cond: c.cond, serial: c.serial, depth: c.depth, copyOff: c.copyOff, copyLen: c.copyLen}
+			which: c.which, cond: c.cond, serial: c.serial, depth: c.depth, copyOff: c.copyOff, copyLen: c.copyLen,
+			logits: c.logits, at: at}
 		e.staging = e.staging || c.copyLen > 0
 		if c.gemm != nil {
 			g := c.gemm

@@ -80,10 +80,10 @@ func WorkBytes(c *weights.Config, maxRows int, largest *weights.Tensor) int64 {
 	// The device draws (sample.go's drawState): a partial and up to
 	// MaxTopK candidates a vocabulary chunk and row, ids and counts, a
 	// nucleus row's cut and masses by digit, a penalty window and a logit
-	// bias.
+	// bias; the folded draws' slots.
 	chunks := int64((c.VocabSize + drawChunk - 1) / drawChunk)
-	scratch += rows * (chunks*8*(1+backend.MaxTopK) + (chunks+drawGroup-1)/drawGroup*4 + 8 + nucleusBytes + 8*nucBuckets +
-		4*backend.MaxWindow + 8*backend.MaxBias)
+	scratch += rows*(chunks*8*(1+backend.MaxTopK)+(chunks+drawGroup-1)/drawGroup*4+8+nucleusBytes+8*nucBuckets+
+		4*backend.MaxWindow+8*backend.MaxBias) + 8*foldSlots*foldStride // and the folded draws' slots
 	// The batch (meta) and the rope tables (local and global), and the
 	// draws' parameters after the batch.
 	small := 4*(metaArrays+4*rows) + 2*4*int64(c.HeadDim) + drawParamBytes*rows

@@ -39,19 +39,12 @@ func splitLogits(pl *planned, logits int, minRows int) {
 		return
 	}
 	minRows = max(minRows, 32*len(logitsShares))
-	at := len(pl.calls) - 1
-	for at >= 0 && (pl.calls[at].cond == large || pl.calls[at].which == metaSelected && !pl.calls[at].cond.holds(1)) {
-		at--
-	}
-	if at < 0 {
+	at := lastOneRow(pl)
+	if at < 0 || !logitsCall(pl.calls[at], logits) || pl.calls[at].args[0].v != 0 || int(pl.calls[at].args[11].v) < minRows {
 		return
 	}
 	last := pl.calls[at]
 	a := last.args
-	if last.cond != one || last.which != metaSelected || !slices.Contains(logitsTwins, last.kernel) || len(a) != 13 ||
-		a[0] != buf(backend.BufID(logits)) || a[1].kind != argNull || int(a[11].v) < minRows {
-		return
-	}
 	n, k, rpb := int(a[11].v), int(a[10].v), int(a[12].v)
 	rowBytes, quant := a[5].v, last.kernel == "matvec1_q8_0" || last.kernel == "matvec1_q4_0"
 	total := 0
@@ -84,4 +77,44 @@ func splitLogits(pl *planned, logits int, minRows int) {
 		r0 = r1
 	}
 	pl.calls = slices.Concat(pl.calls[:at], runs, pl.calls[at+1:])
+}
+
+// lastOneRow is the index of the last call of pl that a batch with one
+// row selected runs (-1: none).
+func lastOneRow(pl *planned) int {
+	at := len(pl.calls) - 1
+	for at >= 0 && (pl.calls[at].cond == large || pl.calls[at].which == metaSelected && !pl.calls[at].cond.holds(1)) {
+		at--
+	}
+	return at
+}
+
+// logitsCall reports whether c is a one-row product of the selected row
+// into the logits buffer (from its start, or a run of it) by one of
+// logitsTwins, with no residual.
+func logitsCall(c call, logits int) bool {
+	a := c.args
+	return c.cond == one && c.which == metaSelected && slices.Contains(logitsTwins, c.kernel) && len(a) == 13 &&
+		a[0].kind == argBuf && a[0].id == logits && a[1].kind == argNull
+}
+
+// markLogits marks the launches that compute a one-row batch's logits, the
+// last of its launches (one, or splitLogits's runs), so that a decode step
+// that draws its token plainly may launch their twins, which draw as
+// they store (sample.cu's fold_draw), in their place. Nothing is marked
+// unless every row of the logits comes from such launches.
+func markLogits(pl *planned, logits, vocab int) {
+	at := lastOneRow(pl)
+	rows := 0
+	first := at
+	for first >= 0 && logitsCall(pl.calls[first], logits) {
+		rows += int(pl.calls[first].args[11].v)
+		first--
+	}
+	if first == at || rows != vocab {
+		return
+	}
+	for i := first + 1; i <= at; i++ {
+		pl.calls[i].logits = true
+	}
 }

@@ -11,11 +11,20 @@
 #define MV_WARPS 4
 #define MVR 8
 
+// no_epi is the products' epilogue by default: nothing after the store. An
+// epilogue type F has a constexpr bool on and, where on, a member
+// took(v, j) that the thread storing output j of a one-row product calls
+// with the value it stored (sample.cu's fold_draw).
+struct no_epi {
+    static constexpr bool on = false;
+    __device__ __forceinline__ void took(float, int) const {}
+};
+
 // mv_reduce sums each row's partial dot products over its warps and
 // writes the M results of this pass. Every thread of the block calls it.
-template <int M>
+template <int M, typename F = no_epi>
 __device__ __forceinline__ void mv_reduce(acc_t (&acc)[M], float* out, float* resid, const float* bias, int r0, int j,
-                                          int N, bool live, int wpr, int lpr) {
+                                          int N, bool live, int wpr, int lpr, const F& epi = F()) {
     __shared__ acc_t part[MV_WARPS][MVR];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
@@ -43,6 +52,10 @@ __device__ __forceinline__ void mv_reduce(acc_t (&acc)[M], float* out, float* re
         float v = (float)acc[k] + bj;
         out[at] = v;
         if (resid) resid[at] += v;
+        if constexpr (F::on) {
+            static_assert(M == 1, "an epilogue takes one-row products");
+            epi.took(v, j);
+        }
     }
 }
 
@@ -401,15 +414,15 @@ __device__ __forceinline__ void mv_dot(acc_t (&acc)[NW][M], const void* x, const
 }
 
 // mv_pass: M activation rows against one weight row, the results written.
-template <int T, int M, int B, bool ONE = false, bool E = false>
+template <int T, int M, int B, bool ONE = false, bool E = false, typename F = no_epi>
 __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x, const float2* ds, const u8* row,
                                         const u16* d, const float* bias, int r0, int K, int N, int j, bool live,
-                                        int sub, int nsub, int wpr, int lpr, int early = 0) {
+                                        int sub, int nsub, int wpr, int lpr, int early = 0, const F& epi = F()) {
     acc_t acc[1][M];
     const u8* rows[1] = {row};
     const u16* ds1[1] = {d};
     mv_dot<T, M, B, 1, ONE, E>(acc, x, ds, rows, ds1, r0, K, live, sub, nsub, early);
-    mv_reduce<M>(acc[0], out, resid, bias, r0, j, N, live, wpr, lpr);
+    mv_reduce<M>(acc[0], out, resid, bias, r0, j, N, live, wpr, lpr, epi);
 }
 
 // mv_group computes output rows [g*rpb, g*rpb+rpb) of one weight for the
@@ -420,10 +433,10 @@ __device__ __forceinline__ void mv_pass(float* out, float* resid, const void* x,
 // warp a row), 2 or 1 (2 or 4 warps a row: few rows). first: g is the
 // block's first group (of every weight of its launch), in which a kernel
 // that defers its dependency wait (mv_defers) waits.
-template <int T, int MAXM, int B>
+template <int T, int MAXM, int B, typename F = no_epi>
 __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x, const float2* ds, const u8* w,
                                          long long rowBytes, long long dOff, const float* bias, int n, int K, int N,
-                                         int rpb, int g, bool first) {
+                                         int rpb, int g, bool first, const F& epi = F()) {
     // The block's first group waits for the kernel before (mv_defers).
     int early = mv_defers<T, MAXM>() && first ? (TRIGGER_MV ? 1 : 2) : 0;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -436,8 +449,10 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
     const u16* d = (const u16*)(w + dOff) + (u64)(live ? j : 0) * (K >> 5) * scale_words<T>();
     if constexpr (MAXM == 1) {
         mv_pass<T, 1, B, true, mv_defers<T, 1>()>(out, resid, x, ds, row, d, bias, 0, K, N, j, live, sub, nsub, wpr, lpr,
-                                                  early);
+                                                  early, epi);
         return;
+    } else {
+        static_assert(!F::on, "an epilogue takes one-row products");
     }
     for (int r0 = 0; r0 < n; r0 += MVR) {
         int m = min(MVR, n - r0);
@@ -464,12 +479,13 @@ __device__ __forceinline__ void mv_group(float* out, float* resid, const void* x
 
 // matvec: out[r, j] = W[j] · x[r] (+ bias[j]) for r < meta[which]. Blocks
 // loop over the groups of rpb rows, so the grid need not cover them all.
-template <int T, int MAXM, int B>
+template <int T, int MAXM, int B, typename F = no_epi>
 __device__ void matvec(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,
-                       long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb) {
+                       long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb,
+                       const F& epi = F()) {
     int n = meta[which], groups = (N + rpb - 1) / rpb;
     for (int g = blockIdx.x; g < groups; g += gridDim.x)
-        mv_group<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g, g == (int)blockIdx.x);
+        mv_group<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g, g == (int)blockIdx.x, epi);
 }
 
 // matvec3 is matvec over up to three weights of one type and width that

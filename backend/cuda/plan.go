@@ -158,6 +158,9 @@ type call struct {
 	// buffer this launch finishes, which a graph that hands the logits to
 	// the host copies once it ends (splitLogits).
 	copyOff, copyLen int64
+	// logits marks the launches that compute a one-row batch's logits
+	// (markLogits).
+	logits bool
 }
 
 // depth selects launches by how deep a batch's rows are in their caches:
@@ -493,6 +496,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	if !opt.noOneRow {
 		oneRow(pl, opt)
 		splitLogits(pl, int(p.Logits), cmp.Or(opt.logitsSplit, logitsSplitRows))
+		markLogits(pl, int(p.Logits), p.Vocab)
 	}
 	if !opt.noBreak {
 		breakChains(pl)

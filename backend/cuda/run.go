@@ -253,7 +253,7 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 		return nil
 	}
 	for i := range e.launches {
-		l := &e.launches[i]
+		l := e.launchFor(i, out)
 		if !l.runs(rows, sel, out == outHidden, deep == 1) {
 			continue
 		}
@@ -267,7 +267,7 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 		}
 	}
 	if drawing(out) {
-		return e.launchDraws(sel, out, 0)
+		return e.launchDraws(sel, out, 0, false)
 	}
 	return nil
 }
@@ -361,7 +361,7 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 	var names []string
 	forked := false
 	for i := range e.launches {
-		l := &e.launches[i]
+		l := e.launchFor(i, out)
 		if failed != nil {
 			break
 		}
@@ -396,7 +396,7 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 		}
 	}
 	if drawing(out) && failed == nil {
-		failed = e.launchDraws(sel, out, e.stream)
+		failed = e.launchDraws(sel, out, e.stream, pdl)
 	}
 	if forked {
 		// Join the copies stream back, as a capture must end.

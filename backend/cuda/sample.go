@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/weftlm/weft/backend"
@@ -51,6 +54,19 @@ type drawState struct {
 	nucFns    [1 + nucDigits]uintptr
 	nucArgs   [1 + nucDigits][12]uint64
 	nucParams [1 + nucDigits][12]uintptr
+	// The draw folded into the output product (outFolded): folds are the
+	// twins of the launches that compute the logits (foldAt[i] is launch
+	// i's twin, -1 for the others), pick the draw_fold after them; none
+	// where the plan's logits product has no twins. slots: sample.cu's
+	// FOLD_SLOTS keys, FOLD_STRIDE apart (0 between launches).
+	folds      []launch
+	foldAt     []int
+	foldArgs   [][18]uint64
+	foldParams [][18]uintptr
+	pick       launch
+	pickArgs   [7]uint64
+	pickParams [7]uintptr
+	slots      uint64
 }
 
 var errNoCandidate = errors.New("cuda: every logit of a row is NaN or -Inf: no token to draw")
@@ -157,6 +173,9 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		copy(dh.win[i*backend.MaxWindow:], x.Recent)
 	}
 	e.drawOut = drawOut(s)
+	if e.drawOut == outDrawn && len(s) == 1 && e.draw.folds != nil && (s[0].TopK == 0 || !(s[0].Temperature > 0)) {
+		e.drawOut = outFolded
+	}
 	return nil
 }
 
@@ -168,8 +187,16 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 // follow the plan's last launch without
 // programmatic dependent launch: launched early, their blocks would hold
 // room on the multiprocessors that the output product's blocks need.
-func (e *exec) launchDraws(sel, out int, stream uintptr) error {
+// outFolded's one warp (draw_fold) follows it by programmatic dependent
+// launch where pdl is set.
+func (e *exec) launchDraws(sel, out int, stream uintptr, pdl bool) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
+	if out == outFolded {
+		if r := e.launch(&ds.pick, 1, sel, stream, pdl); r != 0 {
+			return fmt.Errorf("cuda: launching the folded draw: %w", d.err(r))
+		}
+		return nil
+	}
 	if out == outAdjusted || out == outAdjustedNucleus {
 		*c = callArgs{ds.adjFn, uintptr(sel), 1, 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.adjParams[0])), 0}
 		if r := c.call(d.launchKernel, 11); r != 0 {
@@ -308,8 +335,84 @@ func (e *exec) newDrawState() error {
 			ds.nucParams[i][j] = uintptr(unsafe.Pointer(&ds.nucArgs[i][j]))
 		}
 	}
+	if os.Getenv("WEFT_CUDA_FOLD_DRAW") != "0" {
+		if err := e.newFolds(ds, seed, at(16), at(8), field); err != nil {
+			return err
+		}
+	}
 	e.draw = ds
 	return nil
+}
+
+// foldSlots and foldStride are sample.cu's FOLD_SLOTS and FOLD_STRIDE.
+const (
+	foldSlots  = 64
+	foldStride = 16
+)
+
+// newFolds binds the twins of the launches that compute a one-row batch's
+// logits (launch.logits) and draw_fold, for outFolded: the twins take the
+// launch's arguments and then the slots, row 0's temperature, seed and
+// step, and the id of the launch's first row. Without such launches there
+// are no folds.
+func (e *exec) newFolds(ds *drawState, seed, temp, step uint64, field func(int) uint64) error {
+	var idx []int
+	for i, l := range e.launches {
+		if l.logits {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	pick, ok := e.be.funcs["draw_fold"]
+	if !ok {
+		return errors.New("cuda: a draw kernel is missing")
+	}
+	slots, err := e.alloc(8*foldSlots*foldStride, "the folded draws")
+	if err != nil {
+		return err
+	}
+	ds.slots = slots
+	ds.folds = make([]launch, len(idx))
+	ds.foldArgs = make([][18]uint64, len(idx))
+	ds.foldParams = make([][18]uintptr, len(idx))
+	ds.foldAt = slices.Repeat([]int{-1}, len(e.launches))
+	for k, i := range idx {
+		l := e.launches[i]
+		twin := "matvec1d_" + strings.TrimPrefix(l.kernel, "matvec1_")
+		fn, ok := e.be.funcs[twin]
+		if !ok {
+			return fmt.Errorf("cuda: no kernel %s", twin)
+		}
+		a := &ds.foldArgs[k]
+		copy(a[:13], e.args[l.at:l.at+13])
+		off := (e.args[l.at] - e.bufs[e.p.Logits]) / 4
+		a[13], a[14], a[15], a[16], a[17] = slots, temp, seed, step, off
+		for j := range a {
+			ds.foldParams[k][j] = uintptr(unsafe.Pointer(&a[j]))
+		}
+		l.fn, l.kernel, l.params = fn, twin, uintptr(unsafe.Pointer(&ds.foldParams[k][0]))
+		ds.folds[k], ds.foldAt[i] = l, k
+	}
+	ds.pickArgs = [7]uint64{slots, e.meta, ds.ids, e.drawHost.drawnDev, field(fieldTokens), field(fieldPos), step}
+	for j := range ds.pickArgs {
+		ds.pickParams[j] = uintptr(unsafe.Pointer(&ds.pickArgs[j]))
+	}
+	ds.pick = launch{fn: pick, gridX: 1, gridY: gridOne, block: 32, params: uintptr(unsafe.Pointer(&ds.pickParams[0])),
+		kernel: "draw_fold", which: metaSelected}
+	return nil
+}
+
+// launchFor is launch i of a run whose output is out: its twin where the
+// run folds its draw into the logits' product.
+func (e *exec) launchFor(i, out int) *launch {
+	if out == outFolded {
+		if k := e.draw.foldAt[i]; k >= 0 {
+			return &e.draw.folds[k]
+		}
+	}
+	return &e.launches[i]
 }
 
 var _ backend.Sampler = (*exec)(nil)

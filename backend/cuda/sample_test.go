@@ -432,7 +432,7 @@ func TestDrawCost(t *testing.T) {
 			const n = 500
 			start := time.Now()
 			for range n {
-				if err := e.launchDraws(1, drawOut([]backend.Sampling{s}), e.stream); err != nil {
+				if err := e.launchDraws(1, drawOut([]backend.Sampling{s}), e.stream, false); err != nil {
 					t.Fatal(err)
 				}
 			}
