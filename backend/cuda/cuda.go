@@ -78,6 +78,10 @@ func kernelNames() []string {
 		names = append(names, name+"_h") // over f16 caches
 	}
 	names = append(names, kquantKernels...)
+	names = append(names, "draw_fold") // the draw folded into the output product (sample.go's newFolds)
+	for _, k := range logitsTwins {
+		names = append(names, foldTwin(k))
+	}
 	for typ, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)
 		names = append(names, "matvec3_"+suffix) // grouped products (plangroup.go)

@@ -161,7 +161,7 @@ func TestFoldedDraws(t *testing.T) {
 				three := &backend.Batch{Tokens: []int32{5, 9, tok}, Pos: []int32{0, 1, 2}, Slots: []int32{0, 0, 0}, Selected: []int32{2}}
 				check(fmt.Sprintf("trial %d, one of three rows", trial), three, s, tc.folds)
 				if trial%8 == 0 {
-					s[0].TopK = 40
+					s[0].TopK, s[0].TopP = 40, 1
 					check(fmt.Sprintf("trial %d, top-k", trial), one, s, tc.folds && s[0].Temperature == 0)
 					two := &backend.Batch{Tokens: []int32{tok, 77}, Pos: []int32{0, 0}, Slots: []int32{0, 0}, Selected: []int32{0, 1}}
 					check(fmt.Sprintf("trial %d, two rows", trial), two, []backend.Sampling{s[0], {Temperature: 0.8, Seed: 4}}, false)

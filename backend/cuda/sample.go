@@ -380,7 +380,7 @@ func (e *exec) newFolds(ds *drawState, seed, temp, step uint64, field func(int) 
 	ds.foldAt = slices.Repeat([]int{-1}, len(e.launches))
 	for k, i := range idx {
 		l := e.launches[i]
-		twin := "matvec1d_" + strings.TrimPrefix(l.kernel, "matvec1_")
+		twin := foldTwin(l.kernel)
 		fn, ok := e.be.funcs[twin]
 		if !ok {
 			return fmt.Errorf("cuda: no kernel %s", twin)
@@ -403,6 +403,10 @@ func (e *exec) newFolds(ds *drawState, seed, temp, step uint64, field func(int) 
 		kernel: "draw_fold", which: metaSelected}
 	return nil
 }
+
+// foldTwin is the name of the twin of one-row product kernel name that
+// folds the draw into it (sample.cu's MATVEC1D).
+func foldTwin(name string) string { return "matvec1d_" + strings.TrimPrefix(name, "matvec1_") }
 
 // launchFor is launch i of a run whose output is out: its twin where the
 // run folds its draw into the logits' product.
