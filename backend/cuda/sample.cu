@@ -686,35 +686,29 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
 }
 
 // The draw folded into the output product: a one-row decode step whose
-// row draws greedily or by temperature alone (no top-k, top-p, min-p, bias
-// or penalty) needs no draw launch over the logits. The output product's
-// twin (matvec1d_*) scores each logit as it stores it, as draw would
-// (gumbel_score, or the logit itself), and takes the best into one of
-// FOLD_SLOTS slots by an atomic maximum of the candidate's key: the
-// cand_key of its score, so that a larger key is a better candidate in
-// draw's order (higher score, then lower id) and 0 is none. Tokens spread over
-// the slots by id, each slot in its own 128-byte line, so that the
+// row draws greedily (temperature 0, no bias or penalty) needs no draw
+// launch over the logits. The output product's twin (matvec1d_*) takes
+// each logit as it stores it into one of FOLD_SLOTS slots by an atomic
+// maximum of its cand_key, so that a larger key is a better candidate in
+// draw's order (higher logit, then lower id) and 0 is none. Tokens spread
+// over the slots by id, each slot in its own 128-byte line, so that the
 // atomics of neighbouring rows go to different lines. draw_fold then
 // takes the best slot, leaves every slot at 0 again, and ends the step as
-// draw does.
+// draw does. (Tempered rows are not folded: their Gumbel noise, two
+// logarithms in double a row on the one lane that stores it, made the
+// product slower than the draw launch it saves; docs/performance.md.)
 #define FOLD_SLOTS 64
 #define FOLD_STRIDE 16 // u64 a slot: 128 bytes
 
-// fold_draw is the epilogue of the output product's twin: token off + j
-// of the selected row 0, drawn with row 0's temperature, seed and step.
+// fold_draw is the epilogue of the output product's twin: token off + j.
 struct fold_draw {
     static constexpr bool on = true;
     u64* slots;
-    const float* temp;
-    const u64* seed;
-    const u64* step;
     int off;
     __device__ __forceinline__ void took(float v, int j) const {
         if (!(v > NEG_INF)) return; // NaN and -Inf are never drawn
         int id = off + j;
-        float t = temp[0], s = v;
-        if (t > 0.0f) s = gumbel_score(v, id, t, mix64(mix64(seed[0] + GUMBEL_GAMMA) + (step[0] + 1) * GUMBEL_GAMMA));
-        atomicMax((unsigned long long*)&slots[(id & (FOLD_SLOTS - 1)) * FOLD_STRIDE], (unsigned long long)cand_key(s, id));
+        atomicMax((unsigned long long*)&slots[(id & (FOLD_SLOTS - 1)) * FOLD_STRIDE], (unsigned long long)cand_key(v, id));
     }
 };
 
@@ -724,10 +718,9 @@ struct fold_draw {
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
              long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb, u64* slots,   \
-             const float* temp, const u64* seed, const u64* step, int off) {                                     \
+             int off) {                                                                                          \
         PDL_DEFER_(TRIGGER_MV, (mv_defers<T, 1>()));                                                             \
-        matvec<T, 1, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb,                      \
-                        fold_draw{slots, temp, seed, step, off});                                                \
+        matvec<T, 1, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb, fold_draw{slots, off}); \
     }
 MATVEC1D(matvec1d_f32, W_F32, MV_BATCH1)
 MATVEC1D(matvec1d_f16, W_F16, MV_BATCH1)
