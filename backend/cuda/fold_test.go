@@ -5,26 +5,30 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/sample"
 )
 
-// TestMarkLogits: the launches that compute a one-row batch's logits are
-// marked for their folding twins when they are the last of its launches
-// and cover the vocabulary (whole, or splitLogits's runs), and not when a
-// soft-cap follows the product or its type has no twin.
+// TestMarkLogits: the launch that computes a one-row batch's logits whole
+// is marked for its folding twin when it is the last of its launches but
+// splitLogits's runs and covers the vocabulary, and not when a soft-cap
+// follows the product or its type has no twin. Where the product is
+// split, outStaged runs launch the runs and every other output the whole
+// product.
 func TestMarkLogits(t *testing.T) {
 	for _, tc := range []struct {
 		typ     string
 		softcap float32
 		split   int
 		gemm    bool
-		marked  int
+		marked  bool
+		runs    int
 	}{
-		{"Q8_0", 0, 96, false, 3}, {"Q4_0", 0, -1, false, 1}, {"F32", 0, 96, true, 3}, {"BF16", 0, -1, true, 1},
-		{"F16", 0, 96, false, 3}, {"Q8_0", 30, 96, false, 0}, {"Q4_K", 0, 96, false, 0}, {"Q6_K", 0, -1, false, 0},
+		{"Q8_0", 0, 96, false, true, 3}, {"Q4_0", 0, -1, false, true, 0}, {"F32", 0, 96, true, true, 3}, {"BF16", 0, -1, true, true, 0},
+		{"F16", 0, 96, false, true, 3}, {"Q8_0", 30, 96, false, false, 0}, {"Q4_K", 0, 96, false, false, 0}, {"Q6_K", 0, -1, false, false, 0},
 	} {
 		t.Run(fmt.Sprintf("%s/cap%v/split%d/gemm%v", tc.typ, tc.softcap, tc.split, tc.gemm), func(t *testing.T) {
 			const vocab = 1000
@@ -33,22 +37,49 @@ func TestMarkLogits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows, marked := 0, 0
+			var marked []int
 			for i, c := range pl.calls {
-				if !c.logits {
-					continue
+				if c.logits {
+					marked = append(marked, i)
 				}
-				marked++
-				if !logitsCall(c, int(p.Logits)) || c.args[0].v != int64(4*rows) {
-					t.Errorf("launch %d (%s, logits from byte %d) marked", i, c.kernel, c.args[0].v)
-				}
-				if i+1 < len(pl.calls) && !pl.calls[i+1].logits && pl.calls[i+1].cond.holds(1) && pl.calls[i+1].which == metaSelected {
-					t.Errorf("launch %d (%s) runs on one row after the marked ones", i+1, pl.calls[i+1].kernel)
-				}
-				rows += int(c.args[11].v)
 			}
-			if marked != tc.marked || (marked > 0 && rows != vocab) {
-				t.Errorf("%d launches marked over %d rows, want %d over %d", marked, rows, tc.marked, vocab)
+			if got := len(marked) == 1; got != tc.marked || len(marked) > 1 {
+				t.Fatalf("launches %v marked, want one: %v", marked, tc.marked)
+			}
+			if tc.marked {
+				c := pl.calls[marked[0]]
+				if !logitsCall(c, int(p.Logits)) || c.args[0].v != 0 || c.args[11].v != vocab || c.whole != (tc.runs > 0) {
+					t.Errorf("launch %d (%s, logits from byte %d, %d rows, whole %v) marked", marked[0], c.kernel, c.args[0].v, c.args[11].v, c.whole)
+				}
+			}
+			// Which launches write the logits of one selected row, by
+			// output.
+			for out := range numOuts {
+				var runs, whole int
+				for _, c := range pl.calls {
+					l := launch{cond: c.cond, which: c.which, depth: c.depth, copyLen: c.copyLen, whole: c.whole, head: p.Ops[c.op].Head}
+					if c.gemm != nil || !l.runs(1, 1, out, false) || !logitsCall(c, int(p.Logits)) {
+						continue
+					}
+					if c.copyLen > 0 {
+						runs++
+					} else {
+						whole++
+					}
+				}
+				wantRuns, wantWhole := 0, 1
+				switch {
+				case out == outHidden:
+					wantWhole = 0
+				case out == outStaged && tc.runs > 0:
+					wantRuns, wantWhole = tc.runs, 0
+				}
+				if !slices.Contains(logitsTwins, "matvec1_"+weightTypes[tc.typ]) {
+					wantRuns, wantWhole = 0, 0 // a product logitsCall does not know
+				}
+				if runs != wantRuns || whole != wantWhole {
+					t.Errorf("output %d: %d runs and %d whole products, want %d and %d", out, runs, whole, wantRuns, wantWhole)
+				}
 			}
 		})
 	}

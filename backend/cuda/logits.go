@@ -15,7 +15,9 @@ import (
 // launch computes, on a second stream (capture): only the last run's copy
 // is left after the product. The runs shrink (logitsShares), so that each
 // copy is done before the run after it. H100, tg128: 1B shape +0.5-0.8 %,
-// 8B +0.1-0.2 % (docs/performance.md).
+// 8B +0.1-0.2 % (docs/performance.md). The other outputs have no copy to
+// overlap and launch the product whole (call.whole): tg128 drawn, whole
+// against the runs, 1B Q4_0 +1.1-1.5 %, 8B +0.2 %.
 //
 // logitsShares are the runs' shares of the rows, in tenths.
 var logitsShares = []int{6, 3, 1}
@@ -29,9 +31,10 @@ const logitsSplitRows = 16384
 // bias, meta, which, K, N, rpb).
 var logitsTwins = []string{"matvec1_q8_0", "matvec1_q4_0", "matvec1_f16", "matvec1_bf16", "matvec1_f32"}
 
-// splitLogits splits the last launch of a batch with one row selected
-// into runs of rows (see above) when it is the one-row product of the
-// selected rows into the logits buffer, of at least minRows rows. The
+// splitLogits adds, after the last launch of a batch with one row
+// selected, its runs of rows (see above) when it is the one-row product of
+// the selected rows into the logits buffer, of at least minRows rows, and
+// marks it whole: outStaged graphs launch the runs in its place. The
 // launches after it in the plan run only on other batches: large ones
 // (cuBLAS, which no graph holds), or more rows selected.
 func splitLogits(pl *planned, logits int, minRows int) {
@@ -76,7 +79,8 @@ func splitLogits(pl *planned, logits int, minRows int) {
 		runs = append(runs, c)
 		r0 = r1
 	}
-	pl.calls = slices.Concat(pl.calls[:at], runs, pl.calls[at+1:])
+	pl.calls[at].whole = true
+	pl.calls = slices.Concat(pl.calls[:at+1], runs, pl.calls[at+1:])
 }
 
 // lastOneRow is the index of the last call of pl that a batch with one
@@ -98,23 +102,16 @@ func logitsCall(c call, logits int) bool {
 		a[0].kind == argBuf && a[0].id == logits && a[1].kind == argNull
 }
 
-// markLogits marks the launches that compute a one-row batch's logits, the
-// last of its launches (one, or splitLogits's runs), so that a decode step
-// that draws its token plainly may launch their twins, which draw as
-// they store (sample.cu's fold_draw), in their place. Nothing is marked
-// unless every row of the logits comes from such launches.
+// markLogits marks the launch that computes a one-row batch's logits
+// whole, the last of its launches but splitLogits's runs, so that a
+// decode step that draws its token greedily may launch its twin, which
+// draws as it stores (sample.cu's fold_draw), in its place.
 func markLogits(pl *planned, logits, vocab int) {
 	at := lastOneRow(pl)
-	rows := 0
-	first := at
-	for first >= 0 && logitsCall(pl.calls[first], logits) {
-		rows += int(pl.calls[first].args[11].v)
-		first--
+	for at >= 0 && pl.calls[at].copyLen > 0 {
+		at--
 	}
-	if first == at || rows != vocab {
-		return
-	}
-	for i := first + 1; i <= at; i++ {
-		pl.calls[i].logits = true
+	if at >= 0 && logitsCall(pl.calls[at], logits) && pl.calls[at].args[0].v == 0 && int(pl.calls[at].args[11].v) == vocab {
+		pl.calls[at].logits = true
 	}
 }

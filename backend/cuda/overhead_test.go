@@ -173,7 +173,7 @@ func TestStepOverhead(t *testing.T) {
 	for range 2 {
 		for i := range e.launches {
 			l := e.launchFor(i, e.drawOut)
-			if l.runs(1, 1, false, false) {
+			if l.runs(1, 1, e.drawOut, false) {
 				if r := e.launch(l, 1, 1, e.stream, e.pdl && !l.serial); r != 0 {
 					t.Fatal(d.err(r))
 				}

@@ -158,8 +158,12 @@ type call struct {
 	// buffer this launch finishes, which a graph that hands the logits to
 	// the host copies once it ends (splitLogits).
 	copyOff, copyLen int64
-	// logits marks the launches that compute a one-row batch's logits
-	// (markLogits).
+	// whole marks a product split into runs (those with copyLen > 0),
+	// launched by every output but outStaged, which launches the runs
+	// instead (splitLogits).
+	whole bool
+	// logits marks the launch that computes a one-row batch's logits
+	// whole (markLogits).
 	logits bool
 }
 

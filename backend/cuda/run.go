@@ -254,7 +254,7 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 	}
 	for i := range e.launches {
 		l := e.launchFor(i, out)
-		if !l.runs(rows, sel, out == outHidden, deep == 1) {
+		if !l.runs(rows, sel, out, deep == 1) {
 			continue
 		}
 		r := e.launch(l, rows, sel, 0, false)
@@ -273,9 +273,9 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 }
 
 // runs reports whether a launch applies to a batch of rows rows, sel
-// selected, deep or not.
-func (l *launch) runs(rows, sel int, hidden, deep bool) bool {
-	if (hidden && l.head) || !l.depth.holds(deep) {
+// selected, deep or not, for output out.
+func (l *launch) runs(rows, sel, out int, deep bool) bool {
+	if (out == outHidden && l.head) || !l.depth.holds(deep) || (l.copyLen > 0) != (out == outStaged) && (l.copyLen > 0 || l.whole) {
 		return false
 	}
 	n := rows
@@ -365,7 +365,7 @@ func (e *exec) capture(g *uintptr, rows, sel, out int, deep, pdl bool) error {
 		if failed != nil {
 			break
 		}
-		if !l.runs(rows, sel, out == outHidden, deep) {
+		if !l.runs(rows, sel, out, deep) {
 			continue
 		}
 		if e.be.trace != nil {
