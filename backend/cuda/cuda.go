@@ -79,6 +79,9 @@ func kernelNames() []string {
 	}
 	names = append(names, kquantKernels...)
 	names = append(names, "draw_fold") // the draw folded into the output product (sample.go's newFolds)
+	for _, t := range embedNormTypes {
+		names = append(names, "embed_norm_q8_"+t) // logits.go's fuseEmbedNorm
+	}
 	for _, k := range logitsTwins {
 		names = append(names, foldTwin(k))
 	}

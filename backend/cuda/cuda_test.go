@@ -25,7 +25,7 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 		// ") name(" follows __launch_bounds__(...).
 		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC3_LB(" + name + ",", "MATVEC_GLU(" + name + ",", "MATVEC1_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
 			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ",",
-			"ATTENTION_SPLIT_W(" + name + ",", "MATVEC1D(" + name + ","}
+			"ATTENTION_SPLIT_W(" + name + ",", "MATVEC1D(" + name + ",", "EMBED_NORM_Q8(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
@@ -162,16 +162,16 @@ func TestPlan(t *testing.T) {
 		mmq  bool
 		want []string
 	}{
-		{false, false, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
+		{false, false, []string{"embed_norm_q8_q8_0", "matvec_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
 			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
-		{true, false, []string{"embed_q8_0", "rmsnorm_q8", "rmsnorm", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
+		{true, false, []string{"embed_q8_0", "embed_norm_q8_q8_0", "rmsnorm", "matvec_q4_0", "to_f16_q8", "deq_f16_q4_0", "gemm", "add_bias",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
 			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 		// mmq reads the int8 rows the fused norm writes for every batch.
-		{true, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0",
+		{true, true, []string{"embed_norm_q8_q8_0", "matvec_q4_0", "mmq_q4_0",
 			"matvec_f16", "to_f16", "gemm", "matvec_bf16", "deq_f16_bf16", "gemm", "rope", "store_kv",
 			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
-		{false, true, []string{"embed_q8_0", "rmsnorm_q8", "matvec_q4_0", "mmq_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
+		{false, true, []string{"embed_norm_q8_q8_0", "matvec_q4_0", "mmq_q4_0", "matvec_f16", "matvec_bf16", "rope", "store_kv",
 			"attention_split_g1d2", "attention_tiled_64", "add", "glu", "gather", "matvec_f32", "softcap"}},
 	} {
 		pl, err := plan(validProgram(t), planOptions{gemm: tc.gemm, sms: 4, mmq: tc.mmq})
@@ -251,7 +251,7 @@ func TestPlanFusesAndShares(t *testing.T) {
 		var quantizes, norms, adds []call
 		for _, c := range pl.calls {
 			switch c.kernel {
-			case "quantize_q8", "rmsnorm_q8":
+			case "quantize_q8", "rmsnorm_q8", "embed_norm_q8_f32":
 				quantizes = append(quantizes, c)
 			case "rmsnorm":
 				norms = append(norms, c)
@@ -266,7 +266,7 @@ func TestPlanFusesAndShares(t *testing.T) {
 		// xn for q and k by its norm, q for o, xn again by the norm that
 		// rewrote it.
 		if len(quantizes) != 3 || quantizes[0].op != 1 || quantizes[1].op != 4 || quantizes[2].op != 6 ||
-			quantizes[0].kernel != "rmsnorm_q8" || quantizes[1].kernel != "quantize_q8" {
+			quantizes[0].kernel != "embed_norm_q8_f32" || quantizes[1].kernel != "quantize_q8" {
 			t.Errorf("gemm=%v: quantizes at %+v", gemm, quantizes)
 		}
 		// With cuBLAS, large batches take the plain norm.
@@ -317,7 +317,7 @@ func TestPlanMMQ(t *testing.T) {
 		}
 		got = append(got, launch{c.op, c.kernel, c.cond})
 	}
-	want := []launch{{0, "embed_f32", always}, {1, "rmsnorm_q8", always},
+	want := []launch{{1, "embed_norm_q8_f32", always},
 		{2, "matvec_q4_0", few}, {2, "matvec1_q4_0", one}, {2, "mmq_q4_0", large}, {3, "mmq_q8_0", large},
 		{4, "mmq_q8_0", large}, {3, "matvec3_q8_0", few}, {3, "matvec13_q8_0", one}, {5, "store_kv", always},
 		{6, "attention_split_g1d2", small}, {6, "attention_tiled_64", large}, {6, "quantize_q8", large},

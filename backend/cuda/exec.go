@@ -100,6 +100,7 @@ type launch struct {
 	kernel string // the kernel's name (or "" for a cuBLAS product)
 	// copyOff and copyLen: the bytes of the logits it finishes (call).
 	copyOff, copyLen int64
+	rowsIf           cond // a further condition on the batch's rows (call)
 	whole            bool // the product that copyLen's runs split, for outputs other than outStaged (call)
 	logits           bool // it computes a one-row batch's logits (call)
 	at               int  // its first argument's index in args
@@ -601,7 +602,7 @@ func (e *exec) bind(calls []call) error {
 	for _, c := range calls {
 		l := launch{op: c.op, head: e.p.Ops[c.op].Head, gridX: c.gridX, gridY: c.gridY, block: c.block, shared: c.shared,
 			which: c.which, cond: c.cond, serial: c.serial, depth: c.depth, copyOff: c.copyOff, copyLen: c.copyLen,
-			whole: c.whole, logits: c.logits, at: at}
+			rowsIf: c.rowsIf, whole: c.whole, logits: c.logits, at: at}
 		e.staging = e.staging || c.copyLen > 0
 		if c.gemm != nil {
 			g := c.gemm

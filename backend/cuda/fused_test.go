@@ -180,9 +180,9 @@ func TestPlanFusesLayerProducts(t *testing.T) {
 		gemm        bool
 		small, larg []string
 	}{
-		{"Q4_0", false, []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}, nil},
-		{"Q4_0", true, []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"},
-			[]string{"rmsnorm", "to_f16_q8", "deq_f16_q4_0", "gemm", "deq_f16_q4_0", "gemm", "add_bias", "deq_f16_q4_0", "gemm",
+		{"Q4_0", false, []string{"embed_norm_q8_f32", "matvec3_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}, nil},
+		{"Q4_0", true, []string{"embed_norm_q8_f32", "matvec3_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"},
+			[]string{"embed_f32", "rmsnorm", "to_f16_q8", "deq_f16_q4_0", "gemm", "deq_f16_q4_0", "gemm", "add_bias", "deq_f16_q4_0", "gemm",
 				"rmsnorm", "to_f16_q8", "deq_f16_q4_0", "gemm", "deq_f16_q4_0", "gemm", "glu", "to_f16_q8", "deq_f16_q4_0", "gemm"}},
 		{"BF16", false, []string{"embed_f32", "rmsnorm", "matvec3_bf16", "rmsnorm", "matvec_glu_bf16", "matvec_bf16"}, nil},
 	} {
@@ -241,28 +241,28 @@ func TestPlanKeepsUnfusableProducts(t *testing.T) {
 		{"types differ", func(b *progBuilder, ops []backend.Op) {
 			ops[3].W = b.mat("Q8_0", 32, 64, 1)
 			ops[7].W = b.mat("Q8_0", 96, 64, 1)
-		}, []string{"embed_f32", "rmsnorm_q8", "matvec_q4_0", "matvec_q8_0", "matvec_q4_0", "rmsnorm_q8", "matvec_q4_0",
+		}, []string{"embed_norm_q8_f32", "matvec_q4_0", "matvec_q8_0", "matvec_q4_0", "rmsnorm_q8", "matvec_q4_0",
 			"matvec_q8_0", "glu_q8", "matvec_q4_0"}},
 		{"inputs differ", func(b *progBuilder, ops []backend.Op) {
 			ops[3].A, ops[7].A = 0, 0
-		}, []string{"embed_f32", "rmsnorm_q8", "matvec_q4_0", "quantize_q8", "matvec_q4_0", "quantize_q8", "matvec_q4_0",
+		}, []string{"embed_norm_q8_f32", "matvec_q4_0", "quantize_q8", "matvec_q4_0", "quantize_q8", "matvec_q4_0",
 			"rmsnorm_q8", "matvec_q4_0", "quantize_q8", "matvec_q4_0", "glu_q8", "matvec_q4_0"}},
 		{"gate bias", func(b *progBuilder, ops []backend.Op) {
 			ops[6].Bias = b.vec(96, 0, 1)
-		}, []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}},
+		}, []string{"embed_norm_q8_f32", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}},
 		{"GLU of other buffers", func(b *progBuilder, ops []backend.Op) {
 			ops[8].A, ops[8].B = ops[8].B, ops[8].A
-		}, []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}},
+		}, []string{"embed_norm_q8_f32", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}},
 		{"GLU into the up buffer", func(b *progBuilder, ops []backend.Op) {
 			ops[8].Out = ops[8].B
 			ops[9].A = ops[8].B
-		}, []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
+		}, []string{"embed_norm_q8_f32", "matvec3_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
 		{"v adds to a residual", func(b *progBuilder, ops []backend.Op) {
 			r := b.buf(32)
 			add := backend.Op{Kind: backend.OpAdd, Out: r, A: r, B: ops[4].Out}
 			rest := slices.Clone(ops[5:])
 			b.p.Ops = append(append(ops[:5:5], add), rest...)
-		}, []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "matvec_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
+		}, []string{"embed_norm_q8_f32", "matvec3_q4_0", "matvec_q4_0", "rmsnorm_q8", "matvec_glu_q4_0", "matvec_q4_0"}},
 	} {
 		pl, err := plan(layerProgram(t, "Q4_0", tc.mutate), planOptions{sms: 4})
 		if err != nil {
@@ -294,8 +294,8 @@ func TestPlanGroupsKQuants(t *testing.T) {
 			[]string{"embed_f32", "rmsnorm_q8k", "matvec3_q4_k", "matvec_q6_k", "rmsnorm_q8k", "matvec3_q4_k", "glu_q8k", "matvec_q4_k"},
 			[]string{"embed_f32", "rmsnorm_q8k", "matvec13_q4_k", "matvec1_q6_k", "rmsnorm_q8k", "matvec13_q4_k", "glu_q8k", "matvec1_q4_k"}},
 		{"Q4_0", "Q4_0", "Q4_0", "Q4_K", false,
-			[]string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8k", "matvec_q4_k"},
-			[]string{"embed_f32", "rmsnorm_q8", "matvec13_q4_0", "rmsnorm_q8", "matvec13_q4_0", "glu_q8k", "matvec1_q4_k"}},
+			[]string{"embed_norm_q8_f32", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8k", "matvec_q4_k"},
+			[]string{"embed_norm_q8_f32", "matvec13_q4_0", "rmsnorm_q8", "matvec13_q4_0", "glu_q8k", "matvec1_q4_k"}},
 		{"Q6_K", "Q6_K", "Q6_K", "Q4_0", false,
 			[]string{"embed_f32", "rmsnorm_q8k", "matvec3_q6_k", "rmsnorm_q8k", "matvec3_q6_k", "glu_q8", "matvec_q4_0"},
 			[]string{"embed_f32", "rmsnorm_q8k", "matvec13_q6_k", "rmsnorm_q8k", "matvec13_q6_k", "glu_q8", "matvec1_q4_0"}},
@@ -426,7 +426,7 @@ func TestPlanUnfusedGLU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"embed_f32", "rmsnorm_q8", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}
+	want := []string{"embed_norm_q8_f32", "matvec3_q4_0", "rmsnorm_q8", "matvec3_q4_0", "glu_q8", "matvec_q4_0"}
 	if got := kernelsOf(pl, false); !slices.Equal(got, want) {
 		t.Errorf("small batches run %v\nwant %v", got, want)
 	}

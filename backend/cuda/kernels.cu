@@ -501,54 +501,101 @@ __device__ __forceinline__ void norm_q8_chunk(float4 x, float4 w, acc_t inv, int
 // kernel before (they do not depend on it). T is a multiple of 32, so a
 // warp's chunks are 128 consecutive elements: 4 blocks of 32
 // (norm_q8_chunk). Grid (1, rows).
+//
+// With EMB (embed_norm_q8_*) the row is first made as embed<T> makes it:
+// token r's embedding row of tab, scaled, stored into a as it is read, so
+// that a decode step's embedding and first norm are one launch.
 #define NORM_HELD 2
-extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w, const int* meta, int which, int cols,
-                                      int group, float eps, signed char* qa, float2* ds) {
-    int lane = threadIdx.x & 31, T = blockDim.x, nc = cols >> 2;
+template <int T, bool EMB>
+__device__ __forceinline__ void norm_q8_row(float* out, float* a, const float* w, const int* meta, int which, int cols,
+                                            float eps, signed char* qa, float2* ds, const u8* tab, long long rowBytes,
+                                            long long dOff, const int* tokens, float scale) {
+    int lane = threadIdx.x & 31, nt = blockDim.x, nc = cols >> 2;
     const float4* w4 = (const float4*)w;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     float4 wv[NORM_HELD], xv[NORM_HELD];
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) {
-        int c = threadIdx.x + t * T;
+        int c = threadIdx.x + t * nt;
         wv[t] = c < nc ? w4[c] : zero;
     }
     PDL;
-    // The row is loaded before the row count is known (rows past the
-    // batch are allocated), so the two loads overlap.
     int r = blockIdx.y;
-    const float4* x = (const float4*)(a + (u64)r * cols);
+    float4* x = (float4*)(a + (u64)r * cols);
+    const u8* row = nullptr;
+    const u16* d = nullptr;
+    if constexpr (EMB) {
+        if (r >= meta[which]) return; // the token of a row past the batch may be anything
+        u64 tk = (u64)tokens[r];
+        row = tab + tk * rowBytes;
+        d = (const u16*)(tab + dOff) + tk * (cols >> 5) * scale_words<T>();
+    }
+    auto at = [&](int c) -> float4 {
+        if constexpr (EMB) {
+            int i = 4 * c;
+            float4 v = make_float4(deq<T>(row, d, i) * scale, deq<T>(row, d, i + 1) * scale, deq<T>(row, d, i + 2) * scale,
+                                   deq<T>(row, d, i + 3) * scale);
+            x[c] = v;
+            return v;
+        } else {
+            return x[c];
+        }
+    };
+    // Without EMB the row is loaded before the row count is known (rows
+    // past the batch are allocated), so the two loads overlap.
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) {
-        int c = threadIdx.x + t * T;
-        xv[t] = c < nc ? x[c] : zero;
+        int c = threadIdx.x + t * nt;
+        xv[t] = c < nc ? at(c) : zero;
     }
-    if (r >= meta[which]) return;
+    if constexpr (!EMB)
+        if (r >= meta[which]) return;
     acc_t ss = 0.f;
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) ss += sq(xv[t].x) + sq(xv[t].y) + sq(xv[t].z) + sq(xv[t].w);
-    for (int c = threadIdx.x + NORM_HELD * T; c < nc; c += T) {
-        float4 v = x[c];
+    for (int c = threadIdx.x + NORM_HELD * nt; c < nc; c += nt) {
+        float4 v = at(c);
         ss += sq(v.x) + sq(v.y) + sq(v.z) + sq(v.w);
     }
     ss = block_sum(ss);
     acc_t inv = norm_inv(ss, cols, eps);
     float* y = out + (u64)r * cols;
     signed char* q = qa + (u64)r * cols;
-    float2* d = ds + (u64)r * (cols >> 5);
+    float2* dq = ds + (u64)r * (cols >> 5);
     // A warp goes on while any of its lanes has a chunk (c - lane is the
-    // warp's first), so that every lane takes part in the shuffles.
+    // warp's first), so that every lane takes part in the shuffles. The
+    // chunks past the held ones are read again (with EMB, this thread's
+    // own stores).
 #pragma unroll
     for (int t = 0; t < NORM_HELD; t++) {
-        int c = threadIdx.x + t * T;
+        int c = threadIdx.x + t * nt;
         if (c - lane >= nc) break;
-        norm_q8_chunk(xv[t], wv[t], inv, c, c < nc, y, q, d, lane);
+        norm_q8_chunk(xv[t], wv[t], inv, c, c < nc, y, q, dq, lane);
     }
-    for (int c = threadIdx.x + NORM_HELD * T; c - lane < nc; c += T) {
+    for (int c = threadIdx.x + NORM_HELD * nt; c - lane < nc; c += nt) {
         bool live = c < nc;
-        norm_q8_chunk(live ? x[c] : zero, live ? w4[c] : zero, inv, c, live, y, q, d, lane);
+        norm_q8_chunk(live ? x[c] : zero, live ? w4[c] : zero, inv, c, live, y, q, dq, lane);
     }
 }
+
+extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w, const int* meta, int which, int cols,
+                                      int group, float eps, signed char* qa, float2* ds) {
+    norm_q8_row<0, false>(out, (float*)a, w, meta, which, cols, eps, qa, ds, nullptr, 0, 0, nullptr, 1.f);
+}
+
+// embed_norm_q8_*: embed_* into x, then rmsnorm_q8 of x (plan: fuseEmbedNorm).
+#define EMBED_NORM_Q8(name, T)                                                                                     \
+    extern "C" __global__ void name(float* x, const u8* tab, long long rowBytes, long long dOff, const int* tokens, \
+                                    float scale, float* out, const float* w, const int* meta, int which, int cols,  \
+                                    int group, float eps, signed char* qa, float2* ds) {                            \
+        norm_q8_row<T, true>(out, x, w, meta, which, cols, eps, qa, ds, tab, rowBytes, dOff, tokens, scale);      \
+    }
+EMBED_NORM_Q8(embed_norm_q8_f32, W_F32)
+EMBED_NORM_Q8(embed_norm_q8_f16, W_F16)
+EMBED_NORM_Q8(embed_norm_q8_bf16, W_BF16)
+EMBED_NORM_Q8(embed_norm_q8_q8_0, W_Q8_0)
+EMBED_NORM_Q8(embed_norm_q8_q4_0, W_Q4_0)
+EMBED_NORM_Q8(embed_norm_q8_q8_a, W_Q8_A)
 
 // rope rotates x [rows, nheads*hd] in place: the first 2*half dims of each
 // head, pairs (2i, 2i+1) (interleaved) or (i, i+half) (neox), by angle

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/weftlm/weft/backend"
 )
@@ -113,5 +114,87 @@ func markLogits(pl *planned, logits, vocab int) {
 	}
 	if at >= 0 && logitsCall(pl.calls[at], logits) && pl.calls[at].args[0].v == 0 && int(pl.calls[at].args[11].v) == vocab {
 		pl.calls[at].logits = true
+	}
+}
+
+// skipGather spares a batch of one row the gather of its selected rows
+// (which then copies its one row), a launch a decode step: where the
+// gather's output is read only by the norms right after it, each of those
+// gets a twin that reads the gather's input instead, for batches of one
+// row (call.rowsIf), whose one selected row is row 0; the gather and the
+// norms it feeds run on the other batches.
+func skipGather(pl *planned) {
+	for i := 0; i < len(pl.calls); i++ {
+		g := pl.calls[i]
+		if g.kernel != "gather" || len(g.args) < 2 || g.rowsIf != always {
+			continue
+		}
+		out, in := g.args[0], g.args[1]
+		reads := func(c call) bool { return slices.ContainsFunc(c.args, func(a arg) bool { return a.kind == argBuf && a.id == out.id }) }
+		n := 0
+		for _, c := range pl.calls[i+1:] {
+			if !reads(c) {
+				break
+			}
+			if !strings.HasPrefix(c.kernel, "rmsnorm") || c.gemm != nil || c.args[1] != out || slices.Contains(c.args[2:], out) ||
+				c.args[0] == out || c.args[0] == in {
+				return
+			}
+			n++
+		}
+		for _, c := range pl.calls[i+1+n:] {
+			if reads(c) {
+				return // read further on: keep the gather for every batch
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		twins := make([]call, 0, n)
+		for j := i + 1; j <= i+n; j++ {
+			if !pl.calls[j].cond.holds(1) {
+				continue // a launch for large batches
+			}
+			t := pl.calls[j]
+			t.args = slices.Clone(t.args)
+			t.args[1] = in
+			t.rowsIf = one
+			twins = append(twins, t)
+			pl.calls[j].rowsIf = notOne
+		}
+		pl.calls[i].rowsIf = notOne
+		pl.calls = slices.Concat(pl.calls[:i+1+n], twins, pl.calls[i+1+n:])
+		i += n + len(twins)
+	}
+}
+
+// embedNormTypes are the weight types (weightTypes' suffixes) of
+// kernels.cu's embed_norm_q8_* kernels.
+var embedNormTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q8_a"}
+
+// fuseEmbedNorm makes an embedding and the quantizing norm right after it
+// that reads its output (a decode step's first two launches) one launch,
+// embed_norm_q8_*, which writes both outputs: for the batches the norm
+// launch runs on (the embedding stays for the others, where a plain
+// rmsnorm for large batches follows).
+func fuseEmbedNorm(pl *planned) {
+	for i := 0; i+1 < len(pl.calls); i++ {
+		e, n := pl.calls[i], pl.calls[i+1]
+		sfx, ok := strings.CutPrefix(e.kernel, "embed_")
+		if !ok || !slices.Contains(embedNormTypes, sfx) || n.kernel != "rmsnorm_q8" || len(e.args) != 8 || len(n.args) != 10 ||
+			n.args[1] != e.args[0] || n.args[0] == e.args[0] || n.which != metaRows || e.which != metaRows || e.rowsIf != always ||
+			n.rowsIf != always || e.cond != always || (n.cond != always && n.cond != small) {
+			continue
+		}
+		f := n
+		f.kernel = "embed_norm_q8_" + sfx
+		f.args = []arg{e.args[0], e.args[1], e.args[2], e.args[3], e.args[5], e.args[7],
+			n.args[0], n.args[2], n.args[3], n.args[4], n.args[5], n.args[6], n.args[7], n.args[8], n.args[9]}
+		if n.cond == always {
+			pl.calls = slices.Concat(pl.calls[:i], []call{f}, pl.calls[i+2:])
+			continue
+		}
+		pl.calls[i].cond = large
+		pl.calls = slices.Concat(pl.calls[:i+1], []call{f}, pl.calls[i+2:])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weftlm/weft/backend"
@@ -186,5 +187,114 @@ func TestSplitLogitsExact(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSkipGather: a batch of one row skips the gather of its selected row,
+// its norm reading the gather's input instead; other batches gather, and
+// nothing is skipped where a later launch reads the gathered rows.
+func TestSkipGather(t *testing.T) {
+	type ran struct{ gather, fromGather, fromInput int }
+	count := func(pl *planned, p *backend.Program, gathered, input arg, rows, sel int) ran {
+		var r ran
+		for _, c := range pl.calls {
+			l := launch{cond: c.cond, which: c.which, depth: c.depth, copyLen: c.copyLen, whole: c.whole, rowsIf: c.rowsIf}
+			if c.gemm != nil || !l.runs(rows, sel, outDevice, false) {
+				continue
+			}
+			switch {
+			case c.kernel == "gather":
+				r.gather++
+			case strings.HasPrefix(c.kernel, "rmsnorm") && c.args[1] == gathered:
+				r.fromGather++
+			case strings.HasPrefix(c.kernel, "rmsnorm") && c.args[1] == input && c.args[0] != input:
+				r.fromInput++
+			}
+		}
+		return r
+	}
+	p := headProgram(t, "Q8_0", 1000, 256, 0) // embed x, norm xn, gather sel from xn, norm seln from sel, product
+	xn, sel := buf(1), buf(2)
+	pl, err := plan(p, planOptions{sms: 4, gemm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rows, sel int
+		want      ran
+	}{
+		{1, 1, ran{0, 0, 1}}, {3, 1, ran{1, 1, 0}}, {4, 4, ran{1, 1, 0}}, {12, 1, ran{1, 1, 0}}, {12, 12, ran{1, 1, 0}},
+	} {
+		got := count(pl, p, sel, xn, tc.rows, tc.sel)
+		if got != tc.want {
+			t.Errorf("%d rows, %d selected: %+v launches, want %+v", tc.rows, tc.sel, got, tc.want)
+		}
+	}
+
+	// The gathered rows read again after the norm: every batch gathers.
+	p.Ops = append(p.Ops, backend.Op{Kind: backend.OpAdd, Out: 2, A: 2, B: 2, OnSelected: true})
+	pl, err = plan(p, planOptions{sms: 4, gemm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := count(pl, p, sel, xn, 1, 1); got.gather != 1 || got.fromGather == 0 {
+		t.Errorf("one row, the gathered rows read later: %+v launches", got)
+	}
+}
+
+// TestFuseEmbedNorm: an embedding and the quantizing norm of its output
+// become one launch with both kernels' arguments, for the batches the
+// norm ran on; with cuBLAS the embedding stays for large batches (before
+// their plain norm); an embedding type without a fused kernel stays.
+func TestFuseEmbedNorm(t *testing.T) {
+	for _, tc := range []struct {
+		emb   string
+		gemm  bool
+		fused bool
+	}{{"F32", false, true}, {"Q4_0", true, true}, {"Q8_0", false, true}, {"BF16", true, true}, {"Q6_K", false, false}} {
+		b := newProg(t, 3, 4, 1, 32, 300)
+		x, xn, logits := b.buf(256), b.buf(256), b.buf(300)
+		emb, nw := b.mat(tc.emb, 300, 256, 1), b.vec(256, 1, 0.1)
+		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: emb, Scale: 1.5})
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: nw, Eps: 1e-5, Group: 256})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: logits, A: xn, W: b.mat("Q8_0", 300, 256, 1), Bias: backend.NoWeight})
+		b.p.Logits = logits
+		pl, err := plan(b.p, planOptions{sms: 4, gemm: tc.gemm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := pl.mats[emb]
+		sfx := weightTypes[m.typ]
+		var fused, embeds []call
+		for _, c := range pl.calls {
+			switch {
+			case c.kernel == "embed_norm_q8_"+sfx:
+				fused = append(fused, c)
+			case strings.HasPrefix(c.kernel, "embed_"):
+				embeds = append(embeds, c)
+			}
+		}
+		if !tc.fused {
+			if len(fused) != 0 || len(embeds) != 1 || embeds[0].cond != always {
+				t.Errorf("%s: fused %v, embeddings %v", tc.emb, fused, embeds)
+			}
+			continue
+		}
+		if len(fused) != 1 {
+			t.Fatalf("%s gemm=%v: %d fused launches", tc.emb, tc.gemm, len(fused))
+		}
+		f := fused[0]
+		want := []arg{buf(x), weight(emb), i64(m.rowBytes), i64(int(m.dOff)), metaField(fieldTokens, 4), f32(1.5),
+			buf(xn), weight(nw), metaField(-1, 4), i32(metaRows), i32(256), i32(256), f32(1e-5), scratch(scratchQ8), scratch(scratchQ8DS)}
+		if !slices.Equal(f.args, want) || f.gridX != 1 || f.gridY != gridAll || f.which != metaRows {
+			t.Errorf("%s gemm=%v: %+v\nwant args %+v", tc.emb, tc.gemm, f, want)
+		}
+		wantCond, wantEmbeds := always, 0
+		if tc.gemm {
+			wantCond, wantEmbeds = small, 1
+		}
+		if f.cond != wantCond || len(embeds) != wantEmbeds || (wantEmbeds == 1 && embeds[0].cond != large) {
+			t.Errorf("%s gemm=%v: fused under %v, embeddings %+v", tc.emb, tc.gemm, f.cond, embeds)
+		}
 	}
 }

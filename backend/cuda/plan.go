@@ -158,6 +158,9 @@ type call struct {
 	// buffer this launch finishes, which a graph that hands the logits to
 	// the host copies once it ends (splitLogits).
 	copyOff, copyLen int64
+	// rowsIf is a further condition on the batch's rows (whatever which
+	// says), for skipGather's twins.
+	rowsIf cond
 	// whole marks a product split into runs (those with copyLen > 0),
 	// launched by every output but outStaged, which launches the runs
 	// instead (splitLogits).
@@ -497,6 +500,8 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			pl.calls = append(pl.calls, c)
 		}
 	}
+	skipGather(pl)
+	fuseEmbedNorm(pl)
 	if !opt.noOneRow {
 		oneRow(pl, opt)
 		splitLogits(pl, int(p.Logits), cmp.Or(opt.logitsSplit, logitsSplitRows))

@@ -282,7 +282,7 @@ func (l *launch) runs(rows, sel, out int, deep bool) bool {
 	if l.which == metaSelected {
 		n = sel
 	}
-	return l.cond.holds(n)
+	return l.cond.holds(n) && l.rowsIf.holds(rows)
 }
 
 // holds reports whether a launch under c runs on n rows.
