@@ -130,7 +130,9 @@ func skipGather(pl *planned) {
 			continue
 		}
 		out, in := g.args[0], g.args[1]
-		reads := func(c call) bool { return slices.ContainsFunc(c.args, func(a arg) bool { return a.kind == argBuf && a.id == out.id }) }
+		reads := func(c call) bool {
+			return slices.ContainsFunc(c.args, func(a arg) bool { return a.kind == argBuf && a.id == out.id })
+		}
 		n := 0
 		for _, c := range pl.calls[i+1:] {
 			if !reads(c) {
