@@ -124,9 +124,9 @@ const (
 	// row has a logit bias or penalises its recent tokens.
 	outAdjusted
 	outAdjustedNucleus
-	// outDrawn for one selected row that draws greedily or by a
-	// temperature alone, with the draw folded into the output product
-	// (its twin matvec1d_*, then draw_fold: sample.go's folds).
+	// outDrawn for one selected row that draws greedily, with the draw
+	// folded into the output product (its twins matvec1d_*, then
+	// draw_fold: sample.go's folds).
 	outFolded
 	numOuts
 )

@@ -12,14 +12,12 @@
 #define MVR 8
 
 // no_epi is the products' epilogue by default: nothing after the store. An
-// epilogue type F has a constexpr bool on and, where on, members took(v,
-// j), which the thread storing output j of a one-row product calls with
-// the value it stored, and flush(), which every thread calls at the end
-// of matvec (sample.cu's fold_draw).
+// epilogue type F has a constexpr bool on and, where on, a member
+// took(v, j) that the thread storing output j of a one-row product calls
+// with the value it stored (sample.cu's fold_draw).
 struct no_epi {
     static constexpr bool on = false;
     __device__ __forceinline__ void took(float, int) const {}
-    __device__ __forceinline__ void flush() const {}
 };
 
 // mv_reduce sums each row's partial dot products over its warps and
@@ -488,7 +486,6 @@ __device__ void matvec(float* out, float* resid, const void* x, const float2* ds
     int n = meta[which], groups = (N + rpb - 1) / rpb;
     for (int g = blockIdx.x; g < groups; g += gridDim.x)
         mv_group<T, MAXM, B>(out, resid, x, ds, w, rowBytes, dOff, bias, n, K, N, rpb, g, g == (int)blockIdx.x, epi);
-    if constexpr (F::on) epi.flush();
 }
 
 // matvec3 is matvec over up to three weights of one type and width that

@@ -172,30 +172,12 @@ __device__ __forceinline__ float prob_of(float v, float mx, double invT) {
     return exp_neg(e);
 }
 
-// token_hash is sample.tokenHash: token i's hash under the step key skey.
-__device__ __forceinline__ u64 token_hash(u64 skey, int i) { return mix64(skey + (u64)(i + 1) * GUMBEL_GAMMA); }
-
-// gumbel_of is sample.gumbelOf: the noise of hash h.
-__device__ __forceinline__ float gumbel_of(u64 h) {
-    double u = ((double)(h >> 11) + 0.5) * 0x1p-53;
-    return (float)(-log(-log(u)));
-}
-
 // gumbel_score is SampleGumbel's score of logit v, token i, under the step
 // key skey.
 __device__ __forceinline__ float gumbel_score(float v, int i, float t, u64 skey) {
-    return __fadd_rn(__fdiv_rn(v, t), gumbel_of(token_hash(skey, i)));
-}
-
-// may_reach is sample.mayReach: whether a token of hash h and scaled logit
-// vT can score best or more, by a bound on its noise read off h's bits
-// (no logarithm). Its margin covers the score's roundings many times over,
-// so a token it rules out scores below best.
-__device__ __forceinline__ bool may_reach(u64 h, float vT, float best) {
-    u64 n = (1ULL << 54) - 2 * (h >> 11) - 1;
-    float gmax = __fmul_rn((float)(55 - (64 - __clzll((long long)n))), 0.693147182f);
-    float margin = __fmul_rn(1e-6f, __fadd_rn(__fadd_rn(fabsf(vT), fabsf(best)), 40.f));
-    return __fadd_rn(__fadd_rn(vT, gmax), margin) >= best;
+    u64 h = mix64(skey + (u64)(i + 1) * GUMBEL_GAMMA);
+    double u = ((double)(h >> 11) + 0.5) * 0x1p-53;
+    return __fadd_rn(__fdiv_rn(v, t), (float)(-log(-log(u))));
 }
 
 // topk_chunk writes the best k candidates of logits l's chunk [lo, hi)
@@ -704,66 +686,41 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
 }
 
 // The draw folded into the output product: a one-row decode step whose
-// row draws greedily or by a temperature alone (no top-k, top-p, min-p,
-// bias or penalty) needs no draw launch over the logits. The output
-// product's twin (matvec1d_*) scores each logit as it stores it, as draw
-// would (gumbel_score, or the logit itself), and each storing thread keeps
-// the best of its rows (a thread stores a row of each group its block
-// takes); tempered rows take their noise's logarithms only where
-// may_reach lets the row reach that best, so few do. At the product's end
-// each such thread takes its best into one of FOLD_SLOTS slots by an
-// atomic maximum of its cand_key, so that a larger key is a better
-// candidate in draw's order (higher score, then lower id) and 0 is none;
-// slots spread by id, each in its own 128-byte line. draw_fold then takes
-// the best slot, leaves every slot at 0 again, and ends the step as draw
-// does.
+// row draws greedily (temperature 0, no bias or penalty) needs no draw
+// launch over the logits. The output product's twin (matvec1d_*) takes
+// each logit as it stores it into one of FOLD_SLOTS slots by an atomic
+// maximum of its cand_key, so that a larger key is a better candidate in
+// draw's order (higher logit, then lower id) and 0 is none. Tokens spread
+// over the slots by id, each slot in its own 128-byte line, so that the
+// atomics of neighbouring rows go to different lines. draw_fold then
+// takes the best slot, leaves every slot at 0 again, and ends the step as
+// draw does. (Tempered rows are not folded: their Gumbel noise, two
+// logarithms in double a row on the one lane that stores it, made the
+// product slower than the draw launch it saves; docs/performance.md.)
 #define FOLD_SLOTS 64
 #define FOLD_STRIDE 16 // u64 a slot: 128 bytes
 
-// fold_draw is the epilogue of the output product's twin: token off + j of
-// the selected row 0, drawn with row 0's temperature, seed and step; best
-// and bid are the storing thread's best candidate so far (matvec keeps
-// one fold_draw a thread for the whole launch).
+// fold_draw is the epilogue of the output product's twin: token off + j.
 struct fold_draw {
     static constexpr bool on = true;
     u64* slots;
-    const float* temp;
-    const u64* seed;
-    const u64* step;
     int off;
-    mutable float best;
-    mutable int bid;
     __device__ __forceinline__ void took(float v, int j) const {
         if (!(v > NEG_INF)) return; // NaN and -Inf are never drawn
         int id = off + j;
-        float t = temp[0], s = v;
-        if (t > 0.0f) {
-            u64 h = token_hash(mix64(mix64(seed[0] + GUMBEL_GAMMA) + (step[0] + 1) * GUMBEL_GAMMA), id);
-            float vT = __fdiv_rn(v, t);
-            if (bid >= 0 && !may_reach(h, vT, best)) return;
-            s = __fadd_rn(vT, gumbel_of(h));
-        }
-        if (better(s, id, best, bid)) {
-            best = s;
-            bid = id;
-        }
-    }
-    __device__ __forceinline__ void flush() const {
-        if (bid >= 0)
-            atomicMax((unsigned long long*)&slots[(bid & (FOLD_SLOTS - 1)) * FOLD_STRIDE], (unsigned long long)cand_key(best, bid));
+        atomicMax((unsigned long long*)&slots[(id & (FOLD_SLOTS - 1)) * FOLD_STRIDE], (unsigned long long)cand_key(v, id));
     }
 };
 
 // The twins of matvec.cu's one-row MATVEC kernels that splitLogits may cut
 // (logits.go's logitsTwins): their arguments and then the fold's.
 #define MATVEC1D(name, T, B)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS, 8)                                                \
+    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
              long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb, u64* slots,   \
-             const float* temp, const u64* seed, const u64* step, int off) {                                     \
+             int off) {                                                                                          \
         PDL_DEFER_(TRIGGER_MV, (mv_defers<T, 1>()));                                                             \
-        matvec<T, 1, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb,                      \
-                        fold_draw{slots, temp, seed, step, off, NEG_INF, -1});                                   \
+        matvec<T, 1, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb, fold_draw{slots, off}); \
     }
 MATVEC1D(matvec1d_f32, W_F32, MV_BATCH1)
 MATVEC1D(matvec1d_f16, W_F16, MV_BATCH1)

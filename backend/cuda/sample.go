@@ -61,8 +61,8 @@ type drawState struct {
 	// FOLD_SLOTS keys, FOLD_STRIDE apart (0 between launches).
 	folds      []launch
 	foldAt     []int
-	foldArgs   [][18]uint64
-	foldParams [][18]uintptr
+	foldArgs   [][15]uint64
+	foldParams [][15]uintptr
 	pick       launch
 	pickArgs   [7]uint64
 	pickParams [7]uintptr
@@ -173,7 +173,7 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		copy(dh.win[i*backend.MaxWindow:], x.Recent)
 	}
 	e.drawOut = drawOut(s)
-	if e.drawOut == outDrawn && len(s) == 1 && e.draw.folds != nil && (s[0].TopK == 0 || !(s[0].Temperature > 0)) {
+	if e.drawOut == outDrawn && len(s) == 1 && e.draw.folds != nil && !(s[0].Temperature > 0) {
 		e.drawOut = outFolded
 	}
 	return nil
@@ -336,7 +336,7 @@ func (e *exec) newDrawState() error {
 		}
 	}
 	if os.Getenv("WEFT_CUDA_FOLD_DRAW") != "0" {
-		if err := e.newFolds(ds, seed, at(16), at(8), field); err != nil {
+		if err := e.newFolds(ds, at(8), field); err != nil {
 			return err
 		}
 	}
@@ -352,10 +352,10 @@ const (
 
 // newFolds binds the twins of the launches that compute a one-row batch's
 // logits (launch.logits) and draw_fold, for outFolded: the twins take the
-// launch's arguments and then the slots, row 0's temperature, seed and
-// step, and the id of the launch's first row. Without such launches there
-// are no folds.
-func (e *exec) newFolds(ds *drawState, seed, temp, step uint64, field func(int) uint64) error {
+// launch's arguments and then the slots and the id of the launch's first
+// row; draw_fold advances the draw steps at step. Without such launches
+// there are no folds.
+func (e *exec) newFolds(ds *drawState, step uint64, field func(int) uint64) error {
 	var idx []int
 	for i, l := range e.launches {
 		if l.logits {
@@ -375,8 +375,8 @@ func (e *exec) newFolds(ds *drawState, seed, temp, step uint64, field func(int) 
 	}
 	ds.slots = slots
 	ds.folds = make([]launch, len(idx))
-	ds.foldArgs = make([][18]uint64, len(idx))
-	ds.foldParams = make([][18]uintptr, len(idx))
+	ds.foldArgs = make([][15]uint64, len(idx))
+	ds.foldParams = make([][15]uintptr, len(idx))
 	ds.foldAt = slices.Repeat([]int{-1}, len(e.launches))
 	for k, i := range idx {
 		l := e.launches[i]
@@ -388,7 +388,7 @@ func (e *exec) newFolds(ds *drawState, seed, temp, step uint64, field func(int) 
 		a := &ds.foldArgs[k]
 		copy(a[:13], e.args[l.at:l.at+13])
 		off := (e.args[l.at] - e.bufs[e.p.Logits]) / 4
-		a[13], a[14], a[15], a[16], a[17] = slots, temp, seed, step, off
+		a[13], a[14] = slots, off
 		for j := range a {
 			ds.foldParams[k][j] = uintptr(unsafe.Pointer(&a[j]))
 		}
