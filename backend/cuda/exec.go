@@ -69,7 +69,7 @@ type exec struct {
 
 	draw *drawState // device draws (sample.go), set up on first use
 	// drawOut is the output of the draws staged last (outDrawn to
-	// outFolded: drawOut, stageDraws); drawWindows and drawBias, whether a
+	// outFoldedNucleus: drawOut, stageDraws); drawWindows and drawBias, whether a
 	// row of them has a penalty window or a logit bias for the run to
 	// copy up.
 	drawOut               int
@@ -128,6 +128,10 @@ const (
 	// folded into the output product (its twins matvec1d_*, then
 	// draw_fold: sample.go's folds).
 	outFolded
+	// outNucleus for one selected row without a bias or penalties, the
+	// row's largest logit folded into the output product as outFolded
+	// folds its draw (its twin), so that no nucleus_max launch is needed.
+	outFoldedNucleus
 	numOuts
 )
 

@@ -94,8 +94,12 @@ func TestMarkLogits(t *testing.T) {
 // matrix's columns, so the logits hold ties across the slots, -0 beside
 // +0, NaN and ±Inf. The slots must be left at 0 by each draw for the next
 // to be right. Decode steps queued ahead (IssueSampled, IssueNext) fold
-// too, each fed the draw before; tempered rows, several rows selected, a
-// type without a twin, and WEFT_CUDA_FOLD_DRAW=0 draw by the draw kernel.
+// too, each fed the draw before. Top-p and min-p rows without a top-k
+// (outFoldedNucleus) take the row's largest logit from the same twin
+// rather than a nucleus_max launch, and draw as sample.Draw does, queued
+// too. Tempered rows, biased ones, several rows selected, a type without
+// a twin, and WEFT_CUDA_FOLD_DRAW=0 draw by the draw kernel (and
+// nucleus_max).
 func TestFoldedDraws(t *testing.T) {
 	gpu := newGPU(t)
 	const vocab, k = 1500, 256
@@ -168,7 +172,7 @@ func TestFoldedDraws(t *testing.T) {
 					t.Fatal(err)
 				}
 				err := e.RunSampled(bt, s, out[:n])
-				if got := e.drawOut == outFolded; got != folded {
+				if got := e.drawOut == outFolded || e.drawOut == outFoldedNucleus; got != folded {
 					t.Fatalf("%s: folded %v, want %v", what, got, folded)
 				}
 				for i := range n {
@@ -192,7 +196,15 @@ func TestFoldedDraws(t *testing.T) {
 				check(fmt.Sprintf("trial %d, one row", trial), one, s, greedy)
 				three := &backend.Batch{Tokens: []int32{5, 9, tok}, Pos: []int32{0, 1, 2}, Slots: []int32{0, 0, 0}, Selected: []int32{2}}
 				check(fmt.Sprintf("trial %d, one of three rows", trial), three, s, greedy)
+				// Top-p or min-p without a top-k: the largest logit folded.
+				nuc := []backend.Sampling{{Temperature: []float32{0.05, 0.8, 2.5}[trial%3], TopP: []float32{0.9, 0.5, 1, 0.999, 1e-6}[trial%5],
+					MinP: []float32{0, 0.05, 0.3, 0}[trial%4], Seed: uint64(trial), Step: uint64(trial)}}
+				isNuc := nuc[0].Nucleus()
+				check(fmt.Sprintf("trial %d, nucleus %v", trial, isNuc), one, nuc, tc.folds && isNuc)
+				check(fmt.Sprintf("trial %d, nucleus %v, one of three rows", trial, isNuc), three, nuc, tc.folds && isNuc)
 				if trial%8 == 0 {
+					nuc[0].BiasIDs, nuc[0].BiasValues = []int32{tok, 3}, []float32{2, -1}
+					check(fmt.Sprintf("trial %d, biased", trial), one, nuc, false)
 					s[0].TopK, s[0].TopP = 40, 1
 					check(fmt.Sprintf("trial %d, top-k", trial), one, s, greedy)
 					two := &backend.Batch{Tokens: []int32{tok, 77}, Pos: []int32{0, 0}, Slots: []int32{0, 0}, Selected: []int32{0, 1}}
@@ -205,9 +217,10 @@ func TestFoldedDraws(t *testing.T) {
 
 			// Queued steps, each fed the draw before, against Run and the
 			// host's draws.
-			for _, temp := range []float32{0, 1.1} {
+			for _, s := range []backend.Sampling{{Seed: 9, Step: 40}, {Temperature: 1.1, Seed: 9, Step: 40},
+				{Temperature: 0.9, TopP: 0.8, Seed: 2, Step: 7}, {Temperature: 1.2, MinP: 0.1, Seed: 3}} {
 				const steps = 12
-				s := backend.Sampling{Temperature: temp, Seed: 9, Step: 40}
+				temp := s.Temperature
 				tok, want := int32(3), make([]int32, steps)
 				for i := range steps {
 					si := s
@@ -223,8 +236,8 @@ func TestFoldedDraws(t *testing.T) {
 				if err := e.IssueSampled(&backend.Batch{Tokens: []int32{3}, Pos: []int32{4}, Slots: []int32{0}, Selected: []int32{0}}, []backend.Sampling{s}); err != nil {
 					t.Fatal(err)
 				}
-				if got := e.drawOut == outFolded; got != (tc.folds && temp == 0) {
-					t.Fatalf("queued steps: folded %v, want %v", got, tc.folds)
+				if got, want := e.drawOut == outFolded || e.drawOut == outFoldedNucleus, tc.folds && (temp == 0 || s.Nucleus()); got != want {
+					t.Fatalf("queued steps (%+v): folded %v, want %v", s, got, want)
 				}
 				for i := range steps {
 					if i < steps-1 {

@@ -53,6 +53,8 @@ __device__ void block_best(float* s, int* id) {
 #define DRAW_TOPK 64  // backend.MaxTopK; also the length of the ranked lists below
 #define DRAW_LISTS 32 // lists a block merges at once (16 KiB); a chunk is at most DRAW_LISTS * DRAW_TOPK tokens
 #define DRAW_GROUP 8  // chunks whose lists the last of them merges, before the row's last block merges the groups'
+#define FOLD_SLOTS 64 // the folded draws' slots (fold_draw, below)
+#define FOLD_STRIDE 16 // u64 a slot: 128 bytes
 
 // cand_key orders finite logits as SampleTopK ranks them, the larger first
 // and then the lower id, as one unsigned key (0 is no candidate). -0 and
@@ -400,25 +402,50 @@ __device__ u64 scan_down(u64 x, u64* total) {
     return before + inc - x;
 }
 
+// slots_max is the largest logit in the folded draws' slots (fold_draw:
+// the output product's twin took every logit of the row into them), -Inf
+// where none is finite, returned to every thread of the block.
+__device__ float slots_max(const u64* slots) {
+    float v = NEG_INF;
+    if (threadIdx.x < FOLD_SLOTS) {
+        u64 k = __ldcg(&slots[threadIdx.x * FOLD_STRIDE]);
+        if (k != 0) v = key_logit((unsigned)(k >> 32));
+    }
+    return block_max(v);
+}
+
 // nucleus_pass finds digit `level` of a nucleus row's cut: block (c, r)
 // sums the masses of its chunk's tokens whose keys share the digits found
 // so far by their next digit into hist[r] (NUC_BUCKETS a row, 0 between
 // launches); the row's last block finds the digit where the masses from
 // the largest down reach what is left of the target (at level 0, the
 // target itself, ⌈topP·total⌉), and after the last digit how many of the
-// cut's ties to keep.
+// cut's ties to keep. With slots (level 0 of a one-row step whose output
+// product folded the row's largest logit into them, outFoldedNucleus)
+// it stands for nucleus_max too: the blocks read the largest logit from
+// the slots, and the row's last block (block 0 for a row without a cut)
+// readies st[0] as nucleus_max would and clears the slots.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void nucleus_pass(const float* logits, const float* temp,
         const int* topk, const float* topp, const float* minp, const int* meta, int vocab, int chunk, unsigned* done,
-        nucleus* st, u64* hist, int level) {
+        nucleus* st, u64* hist, int level, u64* slots) {
     __shared__ u64 h[NUC_BUCKETS];
     int r = blockIdx.y;
     bool cut;
-    if (r >= meta[1] || !nucleus_row(temp[r], topk[r], topp[r], minp[r], &cut) || !cut) return;
+    if (r >= meta[1] || !nucleus_row(temp[r], topk[r], topp[r], minp[r], &cut)) return;
+    if (!cut) {
+        if (slots && blockIdx.x == 0) {
+            float mx = slots_max(slots);
+            __syncthreads();
+            if (threadIdx.x < FOLD_SLOTS) slots[threadIdx.x * FOLD_STRIDE] = 0;
+            if (threadIdx.x == 0) st[r] = nucleus{mx, 0u, 1u, 0u, 0ULL, 0ULL};
+        }
+        return;
+    }
     const int shift = level == 0 ? 21 : level == 1 ? 10 : 0, bits = level == 2 ? 10 : 11;
     const unsigned mask = (1u << bits) - 1;
     const float* l = logits + (u64)r * vocab;
-    float mx = __ldcg(&st[r].mx);
-    unsigned prefix = __ldcg(&st[r].prefix);
+    float mx = slots ? slots_max(slots) : __ldcg(&st[r].mx);
+    unsigned prefix = level == 0 ? 0u : __ldcg(&st[r].prefix);
     double invT = __ddiv_rn(1.0, (double)temp[r]);
     for (int i = threadIdx.x; i < NUC_BUCKETS; i += DRAW_THREADS) h[i] = 0;
     __syncthreads();
@@ -442,6 +469,12 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void nucleus_pass(const fl
     __syncthreads();
     if (!last) return;
     __threadfence();
+    if (slots) {
+        // Every block has read the slots.
+        if (threadIdx.x < FOLD_SLOTS) slots[threadIdx.x * FOLD_STRIDE] = 0;
+        if (threadIdx.x == 0) st[r] = nucleus{mx, 0u, 0u, 0u, 0ULL, 0ULL};
+        __syncthreads();
+    }
     // Thread j holds the 8 buckets [NUC_BUCKETS - 8(j+1), NUC_BUCKETS - 8j):
     // thread 0 the largest digits.
     const int per = NUC_BUCKETS / DRAW_THREADS;
@@ -697,8 +730,6 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
 // draw does. (Tempered rows are not folded: their Gumbel noise, two
 // logarithms in double a row on the one lane that stores it, made the
 // product slower than the draw launch it saves; docs/performance.md.)
-#define FOLD_SLOTS 64
-#define FOLD_STRIDE 16 // u64 a slot: 128 bytes
 
 // fold_draw is the epilogue of the output product's twin: token off + j.
 struct fold_draw {

@@ -52,8 +52,12 @@ type drawState struct {
 	// The nucleus rows' launches before draw: nucleus_max, then
 	// nucleus_pass for each digit of the cut.
 	nucFns    [1 + nucDigits]uintptr
-	nucArgs   [1 + nucDigits][12]uint64
-	nucParams [1 + nucDigits][12]uintptr
+	nucArgs   [1 + nucDigits][13]uint64
+	nucParams [1 + nucDigits][13]uintptr
+	// nucleus_pass at level 0 reading the row's largest logit from the
+	// slots, for outFoldedNucleus (set with folds).
+	nucFoldArgs   [13]uint64
+	nucFoldParams [13]uintptr
 	// The draw folded into the output product (outFolded): folds are the
 	// twins of the launches that compute the logits (foldAt[i] is launch
 	// i's twin, -1 for the others), pick the draw_fold after them; none
@@ -173,8 +177,13 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		copy(dh.win[i*backend.MaxWindow:], x.Recent)
 	}
 	e.drawOut = drawOut(s)
-	if e.drawOut == outDrawn && len(s) == 1 && e.draw.folds != nil && !(s[0].Temperature > 0) {
-		e.drawOut = outFolded
+	if len(s) == 1 && e.draw.folds != nil {
+		switch {
+		case e.drawOut == outDrawn && !(s[0].Temperature > 0):
+			e.drawOut = outFolded
+		case e.drawOut == outNucleus:
+			e.drawOut = outFoldedNucleus
+		}
 	}
 	return nil
 }
@@ -188,7 +197,8 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 // programmatic dependent launch: launched early, their blocks would hold
 // room on the multiprocessors that the output product's blocks need.
 // outFolded's one warp (draw_fold) follows it by programmatic dependent
-// launch where pdl is set.
+// launch where pdl is set; outFoldedNucleus has no nucleus_max (its first
+// nucleus_pass reads the largest logit from the slots).
 func (e *exec) launchDraws(sel, out int, stream uintptr, pdl bool) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
 	if out == outFolded {
@@ -203,9 +213,18 @@ func (e *exec) launchDraws(sel, out int, stream uintptr, pdl bool) error {
 			return fmt.Errorf("cuda: launching the logit biases and penalties: %w", d.err(r))
 		}
 	}
-	if out == outNucleus || out == outAdjustedNucleus {
+	if out == outNucleus || out == outAdjustedNucleus || out == outFoldedNucleus {
 		for i, fn := range ds.nucFns {
-			*c = callArgs{fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.nucParams[i][0])), 0}
+			params := &ds.nucParams[i][0]
+			if out == outFoldedNucleus {
+				if i == 0 {
+					continue // the output product's twin took the largest logit
+				}
+				if i == 1 {
+					params = &ds.nucFoldParams[0]
+				}
+			}
+			*c = callArgs{fn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(params)), 0}
 			if r := c.call(d.launchKernel, 11); r != 0 {
 				return fmt.Errorf("cuda: launching the nucleus draws' cuts: %w", d.err(r))
 			}
@@ -325,10 +344,10 @@ func (e *exec) newDrawState() error {
 		ds.adjParams[i] = uintptr(unsafe.Pointer(&ds.adjArgs[i]))
 	}
 	ds.nucFns[0] = fnMax
-	ds.nucArgs[0] = [12]uint64{ds.part, logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst}
+	ds.nucArgs[0] = [13]uint64{ds.part, logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst}
 	for level := range nucDigits {
 		ds.nucFns[1+level] = fnPass
-		ds.nucArgs[1+level] = [12]uint64{logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst, ds.hist, uint64(level)}
+		ds.nucArgs[1+level] = [13]uint64{logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst, ds.hist, uint64(level), 0}
 	}
 	for i := range ds.nucArgs {
 		for j := range ds.nucArgs[i] {
@@ -395,6 +414,11 @@ func (e *exec) newFolds(ds *drawState, step uint64, field func(int) uint64) erro
 		l.fn, l.kernel, l.params = fn, twin, uintptr(unsafe.Pointer(&ds.foldParams[k][0]))
 		ds.folds[k], ds.foldAt[i] = l, k
 	}
+	ds.nucFoldArgs = ds.nucArgs[1]
+	ds.nucFoldArgs[12] = slots
+	for j := range ds.nucFoldArgs {
+		ds.nucFoldParams[j] = uintptr(unsafe.Pointer(&ds.nucFoldArgs[j]))
+	}
 	ds.pickArgs = [7]uint64{slots, e.meta, ds.ids, e.drawHost.drawnDev, field(fieldTokens), field(fieldPos), step}
 	for j := range ds.pickArgs {
 		ds.pickParams[j] = uintptr(unsafe.Pointer(&ds.pickArgs[j]))
@@ -411,7 +435,7 @@ func foldTwin(name string) string { return "matvec1d_" + strings.TrimPrefix(name
 // launchFor is launch i of a run whose output is out: its twin where the
 // run folds its draw into the logits' product.
 func (e *exec) launchFor(i, out int) *launch {
-	if out == outFolded {
+	if out == outFolded || out == outFoldedNucleus {
 		if k := e.draw.foldAt[i]; k >= 0 {
 			return &e.draw.folds[k]
 		}
