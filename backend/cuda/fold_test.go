@@ -172,7 +172,7 @@ func TestFoldedDraws(t *testing.T) {
 					t.Fatal(err)
 				}
 				err := e.RunSampled(bt, s, out[:n])
-				if got := e.drawOut == outFolded || e.drawOut == outFoldedNucleus; got != folded {
+				if got := e.drawOut == outFolded || e.drawOut == outFoldedNucleus; err == nil && got != folded {
 					t.Fatalf("%s: folded %v, want %v", what, got, folded)
 				}
 				for i := range n {
@@ -203,7 +203,7 @@ func TestFoldedDraws(t *testing.T) {
 				check(fmt.Sprintf("trial %d, nucleus %v", trial, isNuc), one, nuc, tc.folds && isNuc)
 				check(fmt.Sprintf("trial %d, nucleus %v, one of three rows", trial, isNuc), three, nuc, tc.folds && isNuc)
 				if trial%8 == 0 {
-					nuc[0].BiasIDs, nuc[0].BiasValues = []int32{tok, 3}, []float32{2, -1}
+					nuc[0].BiasIDs, nuc[0].BiasValues = []int32{3, vocab - 1}, []float32{2, -1}
 					check(fmt.Sprintf("trial %d, biased", trial), one, nuc, false)
 					s[0].TopK, s[0].TopP = 40, 1
 					check(fmt.Sprintf("trial %d, top-k", trial), one, s, greedy)
