@@ -83,7 +83,7 @@ func WorkBytes(c *weights.Config, maxRows int, largest *weights.Tensor) int64 {
 	// bias; the folded draws' slots.
 	chunks := int64((c.VocabSize + drawChunk - 1) / drawChunk)
 	scratch += rows*(chunks*8*(1+backend.MaxTopK)+(chunks+drawGroup-1)/drawGroup*4+8+nucleusBytes+8*nucBuckets+
-		4*backend.MaxWindow+8*backend.MaxBias) + 8*foldSlots*foldStride // and the folded draws' slots
+		4*backend.MaxWindow+8*backend.MaxBias) + 8*foldSlots*foldStride
 	// The batch (meta) and the rope tables (local and global), and the
 	// draws' parameters after the batch.
 	small := 4*(metaArrays+4*rows) + 2*4*int64(c.HeadDim) + drawParamBytes*rows

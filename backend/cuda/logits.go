@@ -125,33 +125,11 @@ func markLogits(pl *planned, logits, vocab int) {
 // norms it feeds run on the other batches.
 func skipGather(pl *planned) {
 	for i := 0; i < len(pl.calls); i++ {
-		g := pl.calls[i]
-		if g.kernel != "gather" || len(g.args) < 2 || g.rowsIf != always {
-			continue
-		}
-		out, in := g.args[0], g.args[1]
-		reads := func(c call) bool {
-			return slices.ContainsFunc(c.args, func(a arg) bool { return a.kind == argBuf && a.id == out.id })
-		}
-		n := 0
-		for _, c := range pl.calls[i+1:] {
-			if !reads(c) {
-				break
-			}
-			if !strings.HasPrefix(c.kernel, "rmsnorm") || c.gemm != nil || c.args[1] != out || slices.Contains(c.args[2:], out) ||
-				c.args[0] == out || c.args[0] == in {
-				return
-			}
-			n++
-		}
-		for _, c := range pl.calls[i+1+n:] {
-			if reads(c) {
-				return // read further on: keep the gather for every batch
-			}
-		}
+		n := gatheredNorms(pl, i)
 		if n == 0 {
 			continue
 		}
+		in := pl.calls[i].args[1]
 		twins := make([]call, 0, n)
 		for j := i + 1; j <= i+n; j++ {
 			if !pl.calls[j].cond.holds(1) {
@@ -168,6 +146,35 @@ func skipGather(pl *planned) {
 		pl.calls = slices.Concat(pl.calls[:i+1+n], twins, pl.calls[i+1+n:])
 		i += n + len(twins)
 	}
+}
+
+// gatheredNorms is the number of norm launches right after launch i, a
+// gather, that read its output and write neither it nor its input, where
+// no later launch reads that output; 0 where launch i is no such gather.
+func gatheredNorms(pl *planned, i int) int {
+	g := pl.calls[i]
+	if g.kernel != "gather" || len(g.args) < 2 || g.rowsIf != always {
+		return 0
+	}
+	out, in := g.args[0], g.args[1]
+	reads := func(c call) bool {
+		return slices.ContainsFunc(c.args, func(a arg) bool { return a.kind == argBuf && a.id == out.id })
+	}
+	n := 0
+	for _, c := range pl.calls[i+1:] {
+		if !reads(c) {
+			break
+		}
+		if !strings.HasPrefix(c.kernel, "rmsnorm") || c.gemm != nil || c.args[1] != out || slices.Contains(c.args[2:], out) ||
+			c.args[0] == out || c.args[0] == in {
+			return 0
+		}
+		n++
+	}
+	if slices.ContainsFunc(pl.calls[i+1+n:], reads) {
+		return 0 // read further on: the gather stays for every batch
+	}
+	return n
 }
 
 // embedNormTypes are the weight types (weightTypes' suffixes) of

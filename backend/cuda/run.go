@@ -275,7 +275,7 @@ func (e *exec) enqueue(rows, sel, out int, deepest int32) error {
 // runs reports whether a launch applies to a batch of rows rows, sel
 // selected, deep or not, for output out.
 func (l *launch) runs(rows, sel, out int, deep bool) bool {
-	if (out == outHidden && l.head) || !l.depth.holds(deep) || (l.copyLen > 0) != (out == outStaged) && (l.copyLen > 0 || l.whole) {
+	if (out == outHidden && l.head) || !l.depth.holds(deep) || !l.forOutput(out) {
 		return false
 	}
 	n := rows
@@ -283,6 +283,19 @@ func (l *launch) runs(rows, sel, out int, deep bool) bool {
 		n = sel
 	}
 	return l.cond.holds(n) && l.rowsIf.holds(rows)
+}
+
+// forOutput reports whether a launch takes part in runs for output out as
+// far as splitLogits is concerned: the runs of a split product only in
+// outStaged runs, the product whole in every other.
+func (l *launch) forOutput(out int) bool {
+	switch {
+	case l.copyLen > 0:
+		return out == outStaged
+	case l.whole:
+		return out != outStaged
+	}
+	return true
 }
 
 // holds reports whether a launch under c runs on n rows.
