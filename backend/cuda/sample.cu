@@ -727,9 +727,12 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
 // over the slots by id, each slot in its own 128-byte line, so that the
 // atomics of neighbouring rows go to different lines. draw_fold then
 // takes the best slot, leaves every slot at 0 again, and ends the step as
-// draw does. (Tempered rows are not folded: their Gumbel noise, two
-// logarithms in double a row on the one lane that stores it, made the
-// product slower than the draw launch it saves; docs/performance.md.)
+// draw does. A one-row top-p or min-p step (outFoldedNucleus) launches the
+// same twin: the best slot's logit is then the row's largest, which the
+// first nucleus_pass reads instead of nucleus_max's. (Tempered rows are
+// not folded: their Gumbel noise, two logarithms in double a row on the
+// one lane that stores it, made the product slower than the draw launch
+// it saves; docs/performance.md.)
 
 // fold_draw is the epilogue of the output product's twin: token off + j.
 struct fold_draw {
