@@ -211,8 +211,8 @@ func TestFoldedDraws(t *testing.T) {
 					check(fmt.Sprintf("trial %d, two rows", trial), two, []backend.Sampling{s[0], {Temperature: 0.8, Seed: 4}}, false)
 				}
 			}
-			if (e.draw.folds != nil) != tc.folds {
-				t.Errorf("folds %v, want %v", e.draw.folds != nil, tc.folds)
+			if (e.draw.foldAt >= 0) != tc.folds {
+				t.Errorf("folds %v, want %v", e.draw.foldAt >= 0, tc.folds)
 			}
 
 			// Queued steps, each fed the draw before, against Run and the

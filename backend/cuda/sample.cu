@@ -734,27 +734,24 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
 // one lane that stores it, made the product slower than the draw launch
 // it saves; docs/performance.md.)
 
-// fold_draw is the epilogue of the output product's twin: token off + j.
+// fold_draw is the epilogue of the output product's twin: token j.
 struct fold_draw {
     static constexpr bool on = true;
     u64* slots;
-    int off;
     __device__ __forceinline__ void took(float v, int j) const {
         if (!(v > NEG_INF)) return; // NaN and -Inf are never drawn
-        int id = off + j;
-        atomicMax((unsigned long long*)&slots[(id & (FOLD_SLOTS - 1)) * FOLD_STRIDE], (unsigned long long)cand_key(v, id));
+        atomicMax((unsigned long long*)&slots[(j & (FOLD_SLOTS - 1)) * FOLD_STRIDE], (unsigned long long)cand_key(v, j));
     }
 };
 
-// The twins of matvec.cu's one-row MATVEC kernels that splitLogits may cut
-// (logits.go's logitsTwins): their arguments and then the fold's.
+// The twins of matvec.cu's one-row MATVEC kernels of the output product
+// (logits.go's logitsTwins): their arguments and then the slots.
 #define MATVEC1D(name, T, B)                                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                                  \
         name(float* out, float* resid, const void* x, const float2* ds, const u8* w, long long rowBytes,         \
-             long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb, u64* slots,   \
-             int off) {                                                                                          \
+             long long dOff, const float* bias, const int* meta, int which, int K, int N, int rpb, u64* slots) { \
         PDL_DEFER_(TRIGGER_MV, (mv_defers<T, 1>()));                                                             \
-        matvec<T, 1, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb, fold_draw{slots, off}); \
+        matvec<T, 1, B>(out, resid, x, ds, w, rowBytes, dOff, bias, meta, which, K, N, rpb, fold_draw{slots});   \
     }
 MATVEC1D(matvec1d_f32, W_F32, MV_BATCH1)
 MATVEC1D(matvec1d_f16, W_F16, MV_BATCH1)

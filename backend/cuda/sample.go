@@ -58,15 +58,15 @@ type drawState struct {
 	// slots, for outFoldedNucleus (set with folds).
 	nucFoldArgs   [13]uint64
 	nucFoldParams [13]uintptr
-	// The draw folded into the output product (outFolded): folds are the
-	// twins of the launches that compute the logits (foldAt[i] is launch
-	// i's twin, -1 for the others), pick the draw_fold after them; none
-	// where the plan's logits product has no twins. slots: sample.cu's
+	// The draw folded into the output product (outFolded,
+	// outFoldedNucleus): fold is the twin of launch foldAt, the one that
+	// computes a one-row batch's logits (-1: the plan has no such launch,
+	// and nothing folds), pick the draw_fold after it. slots: sample.cu's
 	// FOLD_SLOTS keys, FOLD_STRIDE apart (0 between launches).
-	folds      []launch
-	foldAt     []int
-	foldArgs   [][15]uint64
-	foldParams [][15]uintptr
+	fold       launch
+	foldAt     int
+	foldArgs   [14]uint64
+	foldParams [14]uintptr
 	pick       launch
 	pickArgs   [7]uint64
 	pickParams [7]uintptr
@@ -177,7 +177,7 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		copy(dh.win[i*backend.MaxWindow:], x.Recent)
 	}
 	e.drawOut = drawOut(s)
-	if len(s) == 1 && e.draw.folds != nil {
+	if len(s) == 1 && e.draw.foldAt >= 0 {
 		switch {
 		case e.drawOut == outDrawn && !(s[0].Temperature > 0):
 			e.drawOut = outFolded
@@ -354,6 +354,7 @@ func (e *exec) newDrawState() error {
 			ds.nucParams[i][j] = uintptr(unsafe.Pointer(&ds.nucArgs[i][j]))
 		}
 	}
+	ds.foldAt = -1
 	if os.Getenv("WEFT_CUDA_FOLD_DRAW") != "0" {
 		if err := e.newFolds(ds, at(8), field); err != nil {
 			return err
@@ -369,51 +370,38 @@ const (
 	foldStride = 16
 )
 
-// newFolds binds the twins of the launches that compute a one-row batch's
-// logits (launch.logits) and draw_fold, for outFolded: the twins take the
-// launch's arguments and then the slots and the id of the launch's first
-// row; draw_fold advances the draw steps at step. Without such launches
-// there are no folds.
+// newFolds binds the twin of the launch that computes a one-row batch's
+// logits (launch.logits) and draw_fold, for outFolded and
+// outFoldedNucleus: the twin takes the launch's arguments and then the
+// slots; draw_fold advances the draw steps at step. Without such a launch
+// nothing folds.
 func (e *exec) newFolds(ds *drawState, step uint64, field func(int) uint64) error {
-	var idx []int
-	for i, l := range e.launches {
-		if l.logits {
-			idx = append(idx, i)
-		}
-	}
-	if len(idx) == 0 {
+	at := slices.IndexFunc(e.launches, func(l launch) bool { return l.logits })
+	if at < 0 {
 		return nil
 	}
 	pick, ok := e.be.funcs["draw_fold"]
 	if !ok {
 		return errors.New("cuda: a draw kernel is missing")
 	}
+	l := e.launches[at]
+	twin := foldTwin(l.kernel)
+	fn, ok := e.be.funcs[twin]
+	if !ok {
+		return fmt.Errorf("cuda: no kernel %s", twin)
+	}
 	slots, err := e.alloc(8*foldSlots*foldStride, "the folded draws")
 	if err != nil {
 		return err
 	}
 	ds.slots = slots
-	ds.folds = make([]launch, len(idx))
-	ds.foldArgs = make([][15]uint64, len(idx))
-	ds.foldParams = make([][15]uintptr, len(idx))
-	ds.foldAt = slices.Repeat([]int{-1}, len(e.launches))
-	for k, i := range idx {
-		l := e.launches[i]
-		twin := foldTwin(l.kernel)
-		fn, ok := e.be.funcs[twin]
-		if !ok {
-			return fmt.Errorf("cuda: no kernel %s", twin)
-		}
-		a := &ds.foldArgs[k]
-		copy(a[:13], e.args[l.at:l.at+13])
-		off := (e.args[l.at] - e.bufs[e.p.Logits]) / 4
-		a[13], a[14] = slots, off
-		for j := range a {
-			ds.foldParams[k][j] = uintptr(unsafe.Pointer(&a[j]))
-		}
-		l.fn, l.kernel, l.params = fn, twin, uintptr(unsafe.Pointer(&ds.foldParams[k][0]))
-		ds.folds[k], ds.foldAt[i] = l, k
+	copy(ds.foldArgs[:13], e.args[l.at:l.at+13])
+	ds.foldArgs[13] = slots
+	for j := range ds.foldArgs {
+		ds.foldParams[j] = uintptr(unsafe.Pointer(&ds.foldArgs[j]))
 	}
+	l.fn, l.kernel, l.params = fn, twin, uintptr(unsafe.Pointer(&ds.foldParams[0]))
+	ds.fold, ds.foldAt = l, at
 	ds.nucFoldArgs = ds.nucArgs[1]
 	ds.nucFoldArgs[12] = slots
 	for j := range ds.nucFoldArgs {
@@ -435,10 +423,8 @@ func foldTwin(name string) string { return "matvec1d_" + strings.TrimPrefix(name
 // launchFor is launch i of a run whose output is out: its twin where the
 // run folds its draw into the logits' product.
 func (e *exec) launchFor(i, out int) *launch {
-	if out == outFolded || out == outFoldedNucleus {
-		if k := e.draw.foldAt[i]; k >= 0 {
-			return &e.draw.folds[k]
-		}
+	if (out == outFolded || out == outFoldedNucleus) && i == e.draw.foldAt {
+		return &e.draw.fold
 	}
 	return &e.launches[i]
 }
