@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"math"
 	"strings"
 	"time"
 
@@ -309,23 +308,45 @@ type stream struct {
 	masked []float32 // logits with the disallowed tokens at -Inf
 
 	// drawn is the next token when the backend drew it (see deviceDraw),
-	// else -1 and next samples from the logits.
-	drawn int32
-	kept  int // prompt tokens the slot's cache held already
+	// else -1 and next samples from the logits; drawnLP and drawnTop are
+	// its log-probabilities, when asked for (takeDraw).
+	drawn    int32
+	drawnLP  float32
+	drawnTop []sample.TokenLogProb
+	kept     int // prompt tokens the slot's cache held already
 }
 
 // deviceDraw reports whether the backend may draw this stream's next
 // token where the logits are, and how: a chain that needs only the logits
 // and the last tokens fed (sample.Sampler.Device: greedy, a temperature
 // alone, with a top-k of at most 64, or with top-p or min-p; a logit
-// bias, and penalties over a short window) with neither log-probabilities
-// nor a JSON constraint, which need the logits on the host.
+// bias, and penalties over a short window), with log-probabilities of at
+// most backend.MaxTopLogprobs alternatives, and no JSON constraint, which
+// needs the logits on the host.
 func (st *stream) deviceDraw() (backend.Sampling, bool) {
 	d, ok := st.sampler.Device(st.context)
-	if !ok || st.json != nil || st.g.Logprobs {
+	if !ok || st.json != nil || st.g.Logprobs && st.g.TopN > backend.MaxTopLogprobs {
 		return backend.Sampling{}, false
 	}
+	if st.g.Logprobs {
+		d.Logprobs, d.TopLogprobs = true, max(st.g.TopN, 0)
+	}
 	return backend.Sampling(d), true
+}
+
+// takeDraw makes id, drawn by the backend as row i of the step handed out
+// last, the stream's next token, with its log-probabilities where the
+// stream asks for them.
+func (st *stream) takeDraw(m *engine.Model, i int, id int32) {
+	st.drawn = id
+	if !st.g.Logprobs {
+		return
+	}
+	lp, top, _ := m.Logprobs(i)
+	st.drawnLP, st.drawnTop = lp, st.drawnTop[:0]
+	for _, t := range top {
+		st.drawnTop = append(st.drawnTop, sample.TokenLogProb{ID: t.ID, LogProb: t.Logprob})
+	}
 }
 
 // textDecoder turns ids into text whole characters at a time.
@@ -424,7 +445,8 @@ func (st *stream) next(logits []float32) (Token, error) {
 		return st.finish("length"), nil
 	}
 	var id int32
-	if st.drawn >= 0 {
+	fromDevice := st.drawn >= 0
+	if fromDevice {
 		id, st.drawn = st.drawn, -1
 		st.sampler.Advance()
 	} else {
@@ -443,8 +465,11 @@ func (st *stream) next(logits []float32) (Token, error) {
 	}
 	tok := Token{ID: id, Sampled: true}
 	if st.g.Logprobs {
-		st.topBuf = sample.TopLogProbs(logits, st.g.TopN, st.topBuf[:0])
-		tok.Logprob = logprobOf(logits, id)
+		if fromDevice {
+			tok.Logprob, st.topBuf = st.drawnLP, append(st.topBuf[:0], st.drawnTop...)
+		} else {
+			tok.Logprob, st.topBuf = sample.TokenLogProbs(logits, id, st.g.TopN, st.topBuf[:0])
+		}
 		if st.g.TopN > 0 {
 			tok.TopLogprobs = append([]sample.TokenLogProb(nil), st.topBuf...)
 		}
@@ -481,19 +506,6 @@ func (st *stream) last(tok Token, reason string) Token {
 	end.ID, end.Sampled, end.Logprob, end.TopLogprobs = tok.ID, true, tok.Logprob, tok.TopLogprobs
 	end.Text = tok.Text + end.Text
 	return end
-}
-
-// logprobOf is log softmax(logits)[id], computed in float64.
-func logprobOf(logits []float32, id int32) float32 {
-	mx := float64(logits[0])
-	for _, x := range logits {
-		mx = math.Max(mx, float64(x))
-	}
-	var sum float64
-	for _, x := range logits {
-		sum += math.Exp(float64(x) - mx)
-	}
-	return float32(float64(logits[id]) - mx - math.Log(sum))
 }
 
 type noText struct{}
@@ -607,7 +619,7 @@ func (m *Model) decodeStep(seqs []*engine.Sequence, toks []int32, streams []*str
 			return err
 		}
 		for i, st := range streams {
-			st.drawn = ids[i]
+			st.takeDraw(m.eng, i, ids[i])
 		}
 		return nil
 	}

@@ -31,6 +31,9 @@ type fakeGPUs struct {
 	// as CUDA does
 	pipelining bool
 	pipelined  []*testmodel.Pipelining
+	// logprobs: devices report log-probabilities with their draws
+	// (backend.LogprobSampler), as CUDA does
+	logprobs bool
 }
 
 func (f *fakeGPUs) Devices() ([]placement.Device, error) { return f.devs, f.err }
@@ -38,12 +41,12 @@ func (f *fakeGPUs) Devices() ([]placement.Device, error) { return f.devs, f.err 
 func (f *fakeGPUs) Open(i int) (backend.Backend, error) {
 	f.opened = append(f.opened, i)
 	if f.pipelining {
-		p := &testmodel.Pipelining{Backend: cpu.New(1)}
+		p := &testmodel.Pipelining{Backend: cpu.New(1), Logprobs: f.logprobs}
 		f.pipelined = append(f.pipelined, p)
 		return p, nil
 	}
 	if f.drawing {
-		d := &testmodel.Drawing{Backend: cpu.New(1)}
+		d := &testmodel.Drawing{Backend: cpu.New(1), Logprobs: f.logprobs}
 		f.backends = append(f.backends, d)
 		return d, nil
 	}
@@ -55,6 +58,19 @@ func (f *fakeGPUs) draws() int {
 	n := 0
 	for _, d := range f.backends {
 		n += d.Draws
+	}
+	return n
+}
+
+// logprobRows counts the rows whose log-probabilities the fake devices
+// reported.
+func (f *fakeGPUs) logprobRows() int {
+	n := 0
+	for _, d := range f.backends {
+		n += d.LogprobRows
+	}
+	for _, p := range f.pipelined {
+		n += p.LogprobRows
 	}
 	return n
 }
@@ -299,6 +315,92 @@ func TestDeviceDraws(t *testing.T) {
 	}
 	if f.draws() == before {
 		t.Error("BatchGenerate drew nothing on the device")
+	}
+}
+
+// TestDeviceLogprobs: on a device that reports log-probabilities with its
+// draws (backend.LogprobSampler), requests asking for them draw there,
+// queued ahead or not, alone or beside others, and every token carries
+// the same log-probabilities as on the CPU, which computes them from the
+// logits.
+func TestDeviceLogprobs(t *testing.T) {
+	path := sharedFile(t, "gguf-stories260K/stories260K.gguf")
+	greedy := []GenerateOption{WithTemperature(0), WithMaxTokens(40), WithLogprobs(3)}
+	penalty := []GenerateOption{WithTemperature(0.9), WithTopK(20), WithTopP(0.9), WithRepeatPenalty(1.3), WithSeed(12), WithMaxTokens(40),
+		WithLogprobs(5)}
+	nucleus := []GenerateOption{WithTemperature(1), WithTopK(0), WithTopP(0.9), WithSeed(14), WithMaxTokens(40), WithLogprobs(0)}
+	plain := []GenerateOption{WithTemperature(0.9), WithTopK(0), WithTopP(1), WithMinP(0), WithSeed(11), WithMaxTokens(40)}
+	many := []GenerateOption{WithTemperature(0), WithMaxTokens(8), WithLogprobs(backend.MaxTopLogprobs + 1)}
+	cases := []struct {
+		what string
+		opts []GenerateOption
+		// device: the device reports this request's log-probabilities
+		// (more alternatives than a device row has room for go to the
+		// host)
+		device bool
+	}{{"greedy", greedy, true}, {"penalty", penalty, true}, {"nucleus", nucleus, true}, {"21 alternatives", many, false}}
+	tokens := func(t *testing.T, m *Model, opts []GenerateOption) []Token {
+		t.Helper()
+		var out []Token
+		for tok, err := range m.Generate(context.Background(), "Once upon a time", opts...) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, tok)
+		}
+		return out
+	}
+	cpuModel := loadStories(t, WithParallel(2))
+	want := make([][]Token, len(cases))
+	for i, c := range cases {
+		want[i] = tokens(t, cpuModel, c.opts)
+	}
+	_, wantPlain, _ := collect(t, cpuModel.Generate(context.Background(), "Once upon a time", plain...))
+	same := func(t *testing.T, what string, got, want []Token) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d tokens, want %d", what, len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.ID != w.ID || g.Logprob != w.Logprob || !slices.Equal(g.TopLogprobs, w.TopLogprobs) {
+				t.Fatalf("%s: token %d is %d (log p %v, top %v), want %d (%v, %v)", what, i, g.ID, g.Logprob, g.TopLogprobs, w.ID, w.Logprob, w.TopLogprobs)
+			}
+		}
+	}
+	for _, pipelining := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipelining=%v", pipelining), func(t *testing.T) {
+			f := &fakeGPUs{devs: []placement.Device{{Index: 0, Name: "fake", FreeBytes: 80 << 30}}, drawing: true, pipelining: pipelining,
+				logprobs: true}
+			withGPUs(t, f)
+			m, err := Load(context.Background(), path, WithBackend("cuda"), WithParallel(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			for i, c := range cases {
+				before := f.logprobRows()
+				same(t, c.what, tokens(t, m, c.opts), want[i])
+				if reported := f.logprobRows() > before; reported != c.device {
+					t.Errorf("%s: the device reported log-probabilities: %v, want %v", c.what, reported, c.device)
+				}
+			}
+			// Beside a request that asks for none, in the same steps.
+			var wg sync.WaitGroup
+			var got []Token
+			var gotPlain []int32
+			wg.Add(2)
+			go func() { defer wg.Done(); got = tokens(t, m, penalty) }()
+			go func() {
+				defer wg.Done()
+				_, gotPlain, _ = collect(t, m.Generate(context.Background(), "Once upon a time", plain...))
+			}()
+			wg.Wait()
+			same(t, "penalty beside plain", got, want[1])
+			if !slices.Equal(gotPlain, wantPlain) {
+				t.Errorf("plain beside log-probabilities: %v, want %v", gotPlain, wantPlain)
+			}
+		})
 	}
 }
 

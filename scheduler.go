@@ -139,7 +139,7 @@ func (s *scheduler) follow(active []*request, quiet bool, buf *stepBuffers) erro
 	j := 0
 	for i, r := range s.pipe {
 		if j < len(active) && active[j] == r {
-			r.st.drawn = ids[i]
+			r.st.takeDraw(m.eng, i, ids[i])
 			j++
 		}
 	}

@@ -276,6 +276,21 @@ type Sampling struct {
 	BiasIDs                                          []int32   // ascending, at most MaxBias
 	BiasValues                                       []float32 // finite or -Inf
 	Seed, Step                                       uint64
+	// Logprobs asks a LogprobSampler for the draw's log-probability and
+	// the TopLogprobs (0 to MaxTopLogprobs) most probable tokens, under
+	// the raw logits (before the bias and penalties).
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// MaxTopLogprobs is the largest Sampling.TopLogprobs (the OpenAI API's
+// top_logprobs limit).
+const MaxTopLogprobs = 20
+
+// TokenLogprob is a token and its log-probability.
+type TokenLogprob struct {
+	ID      int32
+	Logprob float32
 }
 
 // MaxTopK is the largest Sampling.TopK (sample.MaxDrawTopK).
@@ -326,6 +341,10 @@ func (s Sampling) Check() error {
 		return fmt.Errorf("a penalty window of %d holding %d tokens", s.Window, len(s.Recent))
 	case len(s.BiasIDs) != len(s.BiasValues) || len(s.BiasIDs) > MaxBias:
 		return fmt.Errorf("a logit bias of %d ids and %d values, at most %d", len(s.BiasIDs), len(s.BiasValues), MaxBias)
+	case s.TopLogprobs < 0 || s.TopLogprobs > MaxTopLogprobs:
+		return fmt.Errorf("top logprobs %d outside [0, %d]", s.TopLogprobs, MaxTopLogprobs)
+	case s.TopLogprobs > 0 && !s.Logprobs:
+		return fmt.Errorf("top logprobs %d without logprobs", s.TopLogprobs)
 	}
 	for i, id := range s.BiasIDs {
 		if id < 0 || i > 0 && id <= s.BiasIDs[i-1] {
@@ -344,6 +363,22 @@ func (s Sampling) Check() error {
 // the row Selected[i] under s[i]. It never allocates.
 type Sampler interface {
 	RunSampled(b *Batch, s []Sampling, out []int32) error
+}
+
+// LogprobSampler is implemented by Samplers that report, with the draw of
+// each row whose Sampling sets Logprobs, the log-probabilities of the
+// row's raw logits (before its bias and penalties) as
+// sample.TokenLogProbs gives them: the drawn token's and those of the
+// row's TopLogprobs most probable tokens, most probable first, ties to
+// the lower id, NaN and -Inf logits never listed.
+type LogprobSampler interface {
+	Sampler
+	// Logprobs reports row i's of the draws handed out last (by
+	// RunSampled, or by WaitSampled for a Pipeliner): the drawn token's
+	// log-probability, and the most probable tokens written into top
+	// (which has room for the row's TopLogprobs), returning how many.
+	// It never allocates.
+	Logprobs(i int, top []TokenLogprob) (float32, int)
 }
 
 // Pipeliner is implemented by Samplers that can queue decode steps ahead

@@ -68,6 +68,10 @@ type Model struct {
 	// overwritten.
 	held [][]int32
 	pipe pipeline // decode steps issued ahead of the host (pipeline.go)
+	// lp are the log-probabilities of the draws handed out last
+	// (Logprobs), lpBuf the host's scratch for them.
+	lp    []rowLogprobs
+	lpBuf []sample.TokenLogProb
 }
 
 // ErrClosed is returned by a closed model.
@@ -426,7 +430,10 @@ func (m *Model) StepSampled(seqs []*Sequence, tokens []int32, s []backend.Sampli
 	if err := checkSamplings(s, len(seqs)); err != nil {
 		return err
 	}
-	return m.step(seqs, tokens, func(b *backend.Batch) error { return m.draw(b, s, out) })
+	return m.step(seqs, tokens, func(b *backend.Batch) error {
+		m.lp = sizeLogprobs(m.lp, len(seqs))
+		return m.draw(b, s, out, m.lp)
+	})
 }
 
 // checkSamplings checks the draws of n sequences.
@@ -442,12 +449,27 @@ func checkSamplings(s []backend.Sampling, n int) error {
 	return nil
 }
 
-// draw runs b and draws its selected rows' tokens by s into out: on the
-// device where the backend can (backend.Sampler), else here from the
-// logits (the caller holds mu).
-func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32) error {
+// draw runs b and draws its selected rows' tokens by s into out, and
+// their log-probabilities into lp where s asks for them: on the device
+// where the backend can (backend.Sampler, and backend.LogprobSampler for
+// log-probabilities), else here from the logits (the caller holds mu).
+func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32, lp []rowLogprobs) error {
+	want := wantsLogprobs(s)
 	if ds, ok := m.exec.(backend.Sampler); ok {
-		return ds.RunSampled(b, s, out)
+		ls, lok := ds.(backend.LogprobSampler)
+		if !want || lok {
+			if err := ds.RunSampled(b, s, out); err != nil {
+				return err
+			}
+			if want {
+				readLogprobs(ls, s, lp)
+			} else {
+				for i := range s {
+					lp[i].on = false
+				}
+			}
+			return nil
+		}
 	}
 	v := m.Config.VocabSize
 	logits := m.scratchLogits(len(b.Selected))
@@ -455,11 +477,13 @@ func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32) error 
 		return err
 	}
 	for i, x := range s {
-		id, err := sample.Draw(x).Sample(logits[i*v : (i+1)*v])
+		row := logits[i*v : (i+1)*v]
+		id, err := sample.Draw(x).Sample(row)
 		if err != nil {
 			return fmt.Errorf("engine: sequence %d: %w", i, err)
 		}
 		out[i] = id
+		hostLogprobs(row, id, x, &lp[i], &m.lpBuf)
 	}
 	return nil
 }

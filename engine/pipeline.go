@@ -23,8 +23,9 @@ type issued struct {
 	// step after it, where the backend does not queue steps, draws over
 	// them and the draw.
 	win    [][]int32
-	draws  []int32 // the draws, once landed
-	landed bool    // draws hold the step's draws (or err its failure)
+	draws  []int32       // the draws, once landed
+	lp     []rowLogprobs // their log-probabilities, where s asks
+	landed bool          // draws hold the step's draws (or err its failure)
 	err    error
 	// chained says the step after this one was issued by IssueNext, so
 	// its rows were fed these draws: landing records them as held.
@@ -41,6 +42,10 @@ type pipeline struct {
 	seqs      []*Sequence // its rows
 	next      bool        // IssueNext may follow it: no other run since
 	pipeliner backend.Pipeliner
+	// dev is the pipeliner that runs the steps issued since the last
+	// IssueSampled, nil where they run as they are issued: those that ask
+	// for log-probabilities of a pipeliner that does not report them.
+	dev backend.Pipeliner
 }
 
 // Pipelined reports whether the backend queues decode steps ahead of the
@@ -69,12 +74,16 @@ func (m *Model) IssueSampled(seqs []*Sequence, tokens []int32, s []backend.Sampl
 			e.s[i].Recent = e.win[i]
 		}
 		e.fill(seqs)
+		p.dev = p.pipeliner
+		if _, ok := p.dev.(backend.LogprobSampler); !ok && wantsLogprobs(s) {
+			p.dev = nil
+		}
 		var err error
-		if p.pipeliner != nil {
-			err = p.pipeliner.IssueSampled(b, s)
+		if p.dev != nil {
+			err = p.dev.IssueSampled(b, s)
 		} else {
 			e.landed = true
-			err = m.draw(b, s, e.draws)
+			err = m.draw(b, s, e.draws, e.lp)
 		}
 		if err != nil {
 			p.n--
@@ -110,7 +119,7 @@ func (m *Model) IssueNext() error {
 		}
 	}
 	prev := &p.ring[p.last]
-	if p.pipeliner == nil && prev.err != nil {
+	if p.dev == nil && prev.err != nil {
 		return prev.err
 	}
 	e := p.push(len(p.seqs))
@@ -120,7 +129,7 @@ func (m *Model) IssueNext() error {
 		// The window the step's draw sees: the one before, and the token
 		// fed (the device keeps its own).
 		e.win[i] = append(e.win[i][:0], prev.s[i].Recent...)
-		if p.pipeliner == nil && prev.s[i].Penalizes() {
+		if p.dev == nil && prev.s[i].Penalizes() {
 			w := append(e.win[i], prev.draws[i])
 			if over := len(w) - e.s[i].Window; over > 0 {
 				w = w[:copy(w, w[over:])] // in place, so the buffer keeps its room
@@ -134,8 +143,8 @@ func (m *Model) IssueNext() error {
 		s.feeding()
 	}
 	var err error
-	if p.pipeliner != nil {
-		err = p.pipeliner.IssueNext()
+	if p.dev != nil {
+		err = p.dev.IssueNext()
 	} else {
 		// Each step ran as it was issued: the tokens are known.
 		b := &m.batch
@@ -147,7 +156,7 @@ func (m *Model) IssueNext() error {
 			b.Selected = append(b.Selected, int32(i))
 		}
 		e.landed = true
-		err = m.draw(b, e.s, e.draws)
+		err = m.draw(b, e.s, e.draws, e.lp)
 	}
 	if err != nil {
 		p.n--
@@ -182,6 +191,10 @@ func (m *Model) WaitSampled(out []int32) error {
 	}
 	p.head, p.n = (p.head+1)%len(p.ring), p.n-1
 	copy(out, e.draws)
+	m.lp = sizeLogprobs(m.lp, len(e.lp))
+	for i, r := range e.lp {
+		m.lp[i].on, m.lp[i].lp, m.lp[i].top = r.on, r.lp, append(m.lp[i].top[:0], r.top...)
+	}
 	return e.err
 }
 
@@ -214,9 +227,17 @@ func (m *Model) settle() {
 // land waits for e, the oldest step not landed (the caller holds mu).
 func (m *Model) land(e *issued) {
 	e.landed = true
-	if e.err = m.pipe.pipeliner.WaitSampled(e.draws); e.err != nil {
+	dev := m.pipe.dev
+	if e.err = dev.WaitSampled(e.draws); e.err != nil {
 		m.pipe.next = false
 		return
+	}
+	if ls, ok := dev.(backend.LogprobSampler); ok {
+		readLogprobs(ls, e.s, e.lp)
+	} else {
+		for i := range e.lp {
+			e.lp[i].on = false
+		}
 	}
 	if e.chained {
 		m.hold(e)
@@ -245,13 +266,13 @@ func (p *pipeline) push(rows int) *issued {
 	e := &p.ring[p.last]
 	if cap(e.draws) < rows {
 		*e = issued{slots: make([]int32, rows), pos: make([]int32, rows), s: make([]backend.Sampling, rows), draws: make([]int32, rows),
-			win: make([][]int32, rows)}
+			win: make([][]int32, rows), lp: sizeLogprobs(nil, rows)}
 		for i := range e.win {
 			e.win[i] = make([]int32, 0, backend.MaxWindow+1) // room for a window and the draw
 		}
 	}
 	e.landed, e.err, e.chained = false, nil, false
-	e.slots, e.pos, e.s, e.draws, e.win = e.slots[:rows], e.pos[:rows], e.s[:rows], e.draws[:rows], e.win[:rows]
+	e.slots, e.pos, e.s, e.draws, e.win, e.lp = e.slots[:rows], e.pos[:rows], e.s[:rows], e.draws[:rows], e.win[:rows], e.lp[:rows]
 	p.n++
 	return e
 }

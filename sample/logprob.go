@@ -61,11 +61,41 @@ func LogSoftmax(logits []float32, dst []float32) []float32 {
 // probable tokens of softmax(logits) with their log-probabilities, most
 // probable first, ties to the lowest id. NaN and -Inf logits are never
 // listed, so fewer than n come back when fewer are finite.
-//
-// The n best are kept sorted while scanning: a logit that does not beat
-// the n-th costs one comparison, which is almost every logit when n is
-// the handful an API asks for.
 func TopLogProbs(logits []float32, n int, dst []TokenLogProb) []TokenLogProb {
+	dst = topLogits(logits, n, dst)
+	if len(dst) == 0 {
+		return dst
+	}
+	return toLogProbs(dst, logSumExpFrom(logits, dst[0].LogProb))
+}
+
+// TokenLogProbs returns token id's log-probability under softmax(logits)
+// and, in dst, the n most probable tokens as TopLogProbs gives them, from
+// one log-sum-exp: a drawn token listed among them has the same value in
+// both. As in LogSoftmax, a NaN or -Inf logit's log-probability is -Inf.
+func TokenLogProbs(logits []float32, id int32, n int, dst []TokenLogProb) (float32, []TokenLogProb) {
+	lse := logSumExp(logits)
+	lp := float32(math.Inf(-1))
+	if v := logits[id]; v > lp {
+		lp = float32(float64(v) - lse)
+	}
+	return lp, toLogProbs(topLogits(logits, n, dst), lse)
+}
+
+// toLogProbs turns the raw logits of top into log-probabilities, lse being
+// their row's log-sum-exp.
+func toLogProbs(top []TokenLogProb, lse float64) []TokenLogProb {
+	for i := range top {
+		top[i].LogProb = float32(float64(top[i].LogProb) - lse)
+	}
+	return top
+}
+
+// topLogits returns in dst the n largest finite logits with their ids,
+// largest first, ties to the lowest id. The n best are kept sorted while
+// scanning: a logit that does not beat the n-th costs one comparison,
+// which is almost every logit when n is the handful an API asks for.
+func topLogits(logits []float32, n int, dst []TokenLogProb) []TokenLogProb {
 	dst = dst[:0]
 	if n <= 0 {
 		return dst
@@ -85,13 +115,6 @@ func TopLogProbs(logits []float32, n int, dst []TokenLogProb) []TokenLogProb {
 			dst[j] = dst[j-1]
 		}
 		dst[j] = TokenLogProb{int32(i), v}
-	}
-	if len(dst) == 0 {
-		return dst
-	}
-	lse := logSumExpFrom(logits, dst[0].LogProb)
-	for i := range dst {
-		dst[i].LogProb = float32(float64(dst[i].LogProb) - lse)
 	}
 	return dst
 }

@@ -96,3 +96,22 @@ func TestTopLogProbs(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenLogProbs(t *testing.T) {
+	l := []float32{0.5, 2, negInf, 2, nan, -1, 3, 0.5}
+	full := LogSoftmax(l, nil)
+	for id := range l {
+		for _, n := range []int{0, 2, 20} {
+			lp, top := TokenLogProbs(l, int32(id), n, nil)
+			if lp != full[id] {
+				t.Errorf("token %d: log p %v, LogSoftmax gives %v", id, lp, full[id])
+			}
+			if want := TopLogProbs(l, n, nil); !slices.Equal(top, want) {
+				t.Errorf("token %d, n=%d: top %v, TopLogProbs gives %v", id, n, top, want)
+			}
+		}
+	}
+	if lp, top := TokenLogProbs([]float32{negInf, nan}, 0, 3, nil); !math.IsInf(float64(lp), -1) || len(top) != 0 {
+		t.Errorf("all -Inf or NaN: log p %v, top %v; want -Inf and none", lp, top)
+	}
+}

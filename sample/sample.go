@@ -303,6 +303,11 @@ type Draw struct {
 	BiasIDs    []int32
 	BiasValues []float32
 	Seed, Step uint64
+	// Logprobs asks whoever makes the draw to report its log-probability
+	// and the TopLogprobs most probable tokens' (TokenLogProbs, under the
+	// raw logits); Sample ignores them.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // MaxDrawWindow is the longest penalty window of a Draw, and MaxDrawBias

@@ -37,6 +37,10 @@ type chain struct {
 	// drawHost.drawn.
 	steps     []uint64
 	slotSteps [backend.MaxPipelined][]uint64
+	// lpOn[k] says whether slot k's step took log-probabilities (into
+	// drawHost.lp[k]), lpTop[k] its rows' TopLogprobs (-1: none).
+	lpOn  [backend.MaxPipelined]bool
+	lpTop [backend.MaxPipelined][]int32
 }
 
 var errInFlight = errors.New("cuda: a run while decode steps issued are not waited for")
@@ -152,6 +156,15 @@ func (e *exec) endStep(rows int, deepest int32) error {
 			return fail("queueing the copy of the draws", r)
 		}
 	}
+	c.lpOn[slot] = e.drawOut >= outLogprobs
+	c.lpTop[slot] = append(c.lpTop[slot][:0], e.drawHost.lpn[:rows]...)
+	if c.lpOn[slot] {
+		recs := e.drawHost.lp[slot]
+		*a = callArgs{uintptr(unsafe.Pointer(&recs[0])), uintptr(e.draw.recs), uintptr(lpRecBytes * rows), 0}
+		if r := a.call(d.dtoHAsync, 4); r != 0 {
+			return fail("queueing the copy of the log-probabilities", r)
+		}
+	}
 	*a = callArgs{c.events[slot], 0}
 	if r := a.call(d.eventRecord, 2); r != 0 {
 		return fail("recording a step's end", r)
@@ -184,6 +197,7 @@ func (e *exec) WaitSampled(out []int32) error {
 	} else {
 		copy(out, dh.ids[slot][:n])
 	}
+	e.handLogprobs(e.drawHost.lp[slot][:n], c.lpTop[slot], c.lpOn[slot])
 	return checkDraws(out, nil)
 }
 

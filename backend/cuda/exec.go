@@ -54,7 +54,7 @@ type exec struct {
 	// outStaged, or one of the drawing outputs from outDrawn on; deep: a
 	// row at deepAt or past it); captured on first use
 	// on stream.
-	graphs [smallRows + 1][smallRows + 1][numOuts][2]uintptr
+	graphs [smallRows + 1][smallRows + 1][outLogprobs + numOuts][2]uintptr
 	deepAt int32 // the position from which deep launches run (0: the plan has none)
 	stream uintptr
 	// copies is the stream an outStaged graph copies the logits on, event
@@ -74,7 +74,12 @@ type exec struct {
 	// copy up.
 	drawOut               int
 	drawWindows, drawBias bool
-	chain                 chain // decode steps queued ahead of the host (chain.go)
+	// lpRecs are the log-probability records of the draws handed out
+	// last (RunSampled, WaitSampled), lpTop each row's TopLogprobs there
+	// (-1: none asked).
+	lpRecs []lpRec
+	lpTop  []int32
+	chain  chain // decode steps queued ahead of the host (chain.go)
 
 	alpha, beta float32  // cuBLAS scalars, read through pointers
 	sys         callArgs // arguments of the replay's driver calls
@@ -133,6 +138,10 @@ const (
 	// folds its draw (its twin), so that no nucleus_max launch is needed.
 	outFoldedNucleus
 	numOuts
+	// outLogprobs plus a drawing output other than the folded ones: the
+	// draws also take the log-probabilities of the rows that ask for them
+	// (logprob before the other draw launches, logprob_end after them).
+	outLogprobs = numOuts
 )
 
 type boundGemm struct {
@@ -411,14 +420,15 @@ func (e *exec) allocate(pl *planned) error {
 }
 
 // drawParamBytes is the size of a row's draw parameters (drawHost).
-const drawParamBytes = 60
+const drawParamBytes = 64
 
 // drawHost is the host side of the device draws (sample.go): the
 // parameters, which follow the batch at drawAt on both sides (seeds,
 // steps, temperatures, top-ks, top-ps, min-ps, the penalties, the
-// penalty windows' sizes, lengths and next places, then the logit biases'
-// lengths, so that one copy moves the batch and them), the windows'
-// tokens, the biases, and the drawn ids.
+// penalty windows' sizes, lengths and next places, the logit biases'
+// lengths, then the log-probabilities' top counts, so that one copy moves
+// the batch and them), the windows' tokens, the biases, the drawn ids and
+// the log-probabilities' records.
 type drawHost struct {
 	seed, step         []uint64
 	temp, topP, minP   []float32
@@ -427,6 +437,7 @@ type drawHost struct {
 	wsize, wlen, wnext []int32
 	win                []int32 // [MaxRows, backend.MaxWindow]: each row's window, oldest first
 	blen               []int32
+	lpn                []int32                       // each row's TopLogprobs, -1 where it asks for no log-probabilities
 	bias               []biasEntry                   // [MaxRows, backend.MaxBias]: each row's logit bias
 	ids                [backend.MaxPipelined][]int32 // a slot a step in flight (chain.go); RunSampled uses the first
 	// drawn is where the draw kernel stores row r's draw itself, at
@@ -436,7 +447,28 @@ type drawHost struct {
 	// the draws are then copied into ids).
 	drawn    []int32
 	drawnDev uint64
+	// lp holds, a slot a step in flight (chain.go; RunSampled uses the
+	// first), the rows' log-probability records copied from the device.
+	lp [backend.MaxPipelined][]lpRec
 }
+
+// lpRec is a row's log-probabilities as sample.cu's logprob and
+// logprob_end leave them (its lp_rec): the raw logits' log-sum-exp, the
+// drawn token's raw logit and the n most probable tokens' ids and raw
+// logits.
+type lpRec struct {
+	lse   float64
+	drawn float32
+	nwin  int32
+	n     int32
+	_     int32
+	ids   [backend.MaxTopLogprobs]int32
+	vals  [backend.MaxTopLogprobs]float32
+	_     uint64
+}
+
+// lpRecBytes is sample.cu's sizeof(lp_rec).
+const lpRecBytes = 192
 
 // biasEntry is one token's logit bias, as sample.cu's adjust reads it.
 type biasEntry struct {
@@ -453,7 +485,8 @@ func (e *exec) stageHost() {
 	outFloats := min(m, smallRows) * max(p.Vocab, p.Dim)
 	winAt := metaBytes + drawBytes + 4*outFloats
 	biasAt := winAt + 4*backend.MaxWindow*m
-	size := biasAt + 8*backend.MaxBias*m
+	lpAt := (biasAt + 8*backend.MaxBias*m + 7) &^ 7 // lpRec holds a float64
+	size := lpAt + lpRecBytes*backend.MaxPipelined*m
 	var block unsafe.Pointer
 	var dev uint64
 	if os.Getenv("WEFT_CUDA_PINNED") != "0" {
@@ -490,6 +523,11 @@ func (e *exec) stageHost() {
 	dh.wnext = unsafe.Slice((*int32)(at(metaBytes+52*m)), m)
 	dh.win = unsafe.Slice((*int32)(at(winAt)), backend.MaxWindow*m)
 	dh.blen = unsafe.Slice((*int32)(at(metaBytes+56*m)), m)
+	dh.lpn = unsafe.Slice((*int32)(at(metaBytes+60*m)), m)
+	for i := range dh.lp {
+		dh.lp[i] = unsafe.Slice((*lpRec)(at(lpAt+lpRecBytes*i*m)), m)
+	}
+	e.lpRecs, e.lpTop = make([]lpRec, m), make([]int32, m)
 	dh.bias = unsafe.Slice((*biasEntry)(at(biasAt)), backend.MaxBias*m)
 	for i := range dh.ids {
 		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+drawParamBytes*m+4*i*m)), m)

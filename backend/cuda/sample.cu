@@ -555,17 +555,23 @@ __device__ void nucleus_ties(const float* l, int vocab, const nucleus& s, float 
 // wsize[r] 0: none): the repeat penalty divides a positive logit and
 // multiplies another, then the presence penalty and the frequency penalty
 // times the token's count are subtracted, every operation rounded on its
-// own.
+// own. Each logit it changes it first saves, with its token, in saved
+// (int2 [rows, MAX_BIAS + PEN_WINDOW]: bias j at j, the window's place j
+// at MAX_BIAS + j, token -1 where a place repeats an earlier token), for
+// logprob_end to find a drawn token's raw logit.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits, const int* meta, const float* rep,
         const float* pres, const float* freq, const int* wsize, const int* wlen, const int* win, const int* blen,
-        const int2* bias, int vocab) {
+        const int2* bias, int vocab, int2* saved) {
     int r = blockIdx.x;
     if (r >= meta[1]) return;
     float* l = logits + (u64)r * vocab;
     const int2* b = bias + (u64)r * MAX_BIAS;
+    int2* sv = saved + (u64)r * (MAX_BIAS + PEN_WINDOW);
     for (int j = threadIdx.x; j < blen[r]; j += DRAW_THREADS) {
         int2 e = b[j];
-        l[e.x] = __fadd_rn(l[e.x], __int_as_float(e.y));
+        float x = l[e.x];
+        sv[j] = make_int2(e.x, __float_as_int(x));
+        l[e.x] = __fadd_rn(x, __int_as_float(e.y));
     }
     if (wsize[r] <= 0) return;
     __syncthreads(); // the biased logits, before the penalties read them
@@ -579,11 +585,141 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits,
                 count++;
                 first = first && k >= j;
             }
-        if (!first) continue; // the token's first place penalises it
+        if (!first) { // the token's first place penalises it
+            sv[MAX_BIAS + j] = make_int2(-1, 0);
+            continue;
+        }
         float x = l[t];
+        sv[MAX_BIAS + j] = make_int2(t, __float_as_int(x));
         x = x > 0.f ? __fdiv_rn(x, rep[r]) : __fmul_rn(x, rep[r]);
         l[t] = __fsub_rn(x, __fadd_rn(pres[r], __fmul_rn((float)count, freq[r])));
     }
+}
+
+// Log-probabilities (backend.LogprobSampler): before the other draw
+// launches change a row's logits, logprob takes each row that asks for
+// them (lpn[r] >= 0 top tokens) through its raw logits: block (c, r) the
+// largest logit of chunk c, its chunk's Σ e^(v - max) in double (each term
+// rounded to float32, as package sample's prob) and the chunk's best
+// lpn[r] keys (topk_chunk), and the row's last block the row's
+// log-sum-exp (the chunks' sums scaled to the row's largest logit) and its
+// best lpn[r] tokens (topk_merge), into rec[r]. After the draw,
+// logprob_end adds the drawn token's raw logit, from the logits or, where
+// adjust changed it, from what adjust saved. The host turns the record
+// into log-probabilities (sample.TokenLogProbs' arithmetic; the sum's
+// order differs, so they agree to ~1e-7, not bit for bit).
+
+#define TOP_LP 20 // backend.MaxTopLogprobs
+
+// lp_rec is a row's log-probabilities' record (cuda's lpRec, 192 bytes).
+struct lp_rec {
+    double lse;  // log Σ e^v over the raw logits
+    float drawn; // the drawn token's raw logit (logprob_end)
+    int nwin;    // the penalty window's length when the step began
+    int n;       // tokens in ids and vals
+    int pad;
+    int ids[TOP_LP];
+    float vals[TOP_LP]; // their raw logits
+    u64 pad2;
+};
+
+// block_sum reduces every thread's value to the block's sum, returned to
+// every thread.
+__device__ double block_sum(double v) {
+    __shared__ double sm[DRAW_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) sm[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = sm[0];
+    for (int w = 1; w < DRAW_THREADS / 32; w++) v += sm[w];
+    return v;
+}
+
+extern "C" __global__ __launch_bounds__(DRAW_THREADS) void logprob(const float* logits, const int* meta, const int* lpn,
+        const int* wlen, int vocab, int chunk, double2* part, u64* cands, unsigned* done, lp_rec* rec) {
+    __shared__ u64 buf[DRAW_LISTS * DRAW_TOPK], spare[DRAW_LISTS / 2 * DRAW_TOPK], pair[2 * DRAW_TOPK];
+    __shared__ bool last;
+    int r = blockIdx.y;
+    if (r >= meta[1]) return;
+    int n = lpn[r];
+    if (n < 0) return;
+    const float* l = logits + (u64)r * vocab;
+    int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab), chunks = gridDim.x;
+    u64* cb = cands + (u64)r * chunks * DRAW_TOPK;
+    float mx = NEG_INF;
+    for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) mx = fmaxf(mx, l[i]); // NaN left out
+    mx = block_max(mx);
+    double sum = 0.0;
+    if (mx > NEG_INF)
+        for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) sum += (double)prob_of(l[i], mx, 1.0);
+    sum = block_sum(sum);
+    if (n > 0) topk_chunk(buf, spare, l, lo, hi, n, cb + (u64)blockIdx.x * DRAW_TOPK);
+    if (threadIdx.x == 0) part[(u64)r * chunks + blockIdx.x] = make_double2((double)mx, sum);
+    __threadfence(); // the chunk's sum and keys are visible before the count says so
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float m = NEG_INF;
+    for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) m = fmaxf(m, (float)__ldcg(&part[(u64)r * chunks + c].x));
+    m = block_max(m);
+    double s = 0.0;
+    if (m > NEG_INF && m < -NEG_INF)
+        for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) {
+            double2 p = __ldcg(&part[(u64)r * chunks + c]);
+            if (p.y > 0.0) s += p.y * exp(p.x - (double)m);
+        }
+    s = block_sum(s);
+    if (n > 0) topk_merge(buf, spare, pair, cb, chunks, 1, n);
+    lp_rec* o = rec + r;
+    for (int i = threadIdx.x; i < n; i += DRAW_THREADS) {
+        u64 key = pair[i];
+        o->ids[i] = key ? key_id(key) : -1;
+        o->vals[i] = key ? l[key_id(key)] : 0.f;
+    }
+    if (threadIdx.x == 0) {
+        int k = 0;
+        while (k < n && pair[k]) k++;
+        o->n = k;
+        o->lse = m > NEG_INF ? (m < -NEG_INF ? (double)m + log(s) : (double)m) : (double)NEG_INF;
+        o->nwin = wlen[r];
+        done[r] = 0;
+    }
+}
+
+// logprob_end: block r (one warp) of a row that asks for log-probabilities
+// writes its drawn token's (ids[r]) raw logit into rec[r]: the logit
+// itself, or where adjust changed it, the value adjust saved (a biased
+// token's before its bias, else a penalised one's before its penalty).
+extern "C" __global__ __launch_bounds__(32) void logprob_end(const float* logits, const int* meta, const int* lpn,
+        const int* ids, const int* blen, const int* wsize, const int2* saved, lp_rec* rec, int vocab) {
+    int r = blockIdx.x;
+    if (r >= meta[1] || lpn[r] < 0) return;
+    int id = ids[r];
+    float raw = NEG_INF;
+    if (id >= 0) {
+        raw = logits[(u64)r * vocab + id];
+        const int2* sv = saved + (u64)r * (MAX_BIAS + PEN_WINDOW);
+        float vb = 0.f, vw = 0.f;
+        bool inb = false, inw = false;
+        for (int j = threadIdx.x; j < blen[r]; j += 32)
+            if (sv[j].x == id) vb = __int_as_float(sv[j].y), inb = true;
+        if (wsize[r] > 0)
+            for (int j = threadIdx.x; j < rec[r].nwin; j += 32)
+                if (sv[MAX_BIAS + j].x == id) vw = __int_as_float(sv[MAX_BIAS + j].y), inw = true;
+        // One lane at most finds the token among the biases (distinct
+        // tokens), one among the window's saved places; the bias's value
+        // is the raw one where both hold it (the penalty saw the biased
+        // logit).
+        unsigned b = __ballot_sync(0xffffffffu, inb), w = __ballot_sync(0xffffffffu, inw);
+        vb = __shfl_sync(0xffffffffu, vb, b ? __ffs(b) - 1 : 0);
+        vw = __shfl_sync(0xffffffffu, vw, w ? __ffs(w) - 1 : 0);
+        if (b) raw = vb;
+        else if (w) raw = vw;
+    }
+    if (threadIdx.x == 0) rec[r].drawn = raw;
 }
 
 // draw: block (c, r) takes the best candidate of logits row r ([selected

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -45,10 +46,21 @@ type drawState struct {
 	args   [23]uint64 // draw's arguments
 	params [23]uintptr
 	// adjust's launch, before the others where a row has a logit bias or
-	// penalties.
+	// penalties; saved: int2 [MaxRows, MaxBias + MaxWindow], the logits it
+	// changed, before it changed them.
 	adjFn     uintptr
-	adjArgs   [11]uint64
-	adjParams [11]uintptr
+	adjArgs   [12]uint64
+	adjParams [12]uintptr
+	saved     uint64
+	// The log-probabilities' launches (outLogprobs): logprob before the
+	// others, logprob_end after the draw. lpPart: double2 [MaxRows,
+	// chunks]; recs: sample.cu's lp_rec [MaxRows].
+	lpFn, lpEndFn uintptr
+	lpArgs        [10]uint64
+	lpParams      [10]uintptr
+	lpEndArgs     [9]uint64
+	lpEndParams   [9]uintptr
+	lpPart, recs  uint64
 	// The nucleus rows' launches before draw: nucleus_max, then
 	// nucleus_pass for each digit of the cut.
 	nucFns    [1 + nucDigits]uintptr
@@ -110,7 +122,48 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 		}
 		copy(out, ids)
 	}
+	if e.drawOut >= outLogprobs {
+		recs := dh.lp[0][:sel]
+		if err := e.fetch(unsafe.Pointer(&recs[0]), e.draw.recs, lpRecBytes*sel); err != nil {
+			return err
+		}
+	}
+	e.handLogprobs(dh.lp[0][:sel], dh.lpn[:sel], e.drawOut >= outLogprobs)
 	return checkDraws(out, b.Selected)
+}
+
+// handLogprobs makes the log-probabilities of a step's rows (their
+// records, and each row's TopLogprobs or -1; on: the step took them)
+// those Logprobs reports: the draws handed out now.
+func (e *exec) handLogprobs(recs []lpRec, top []int32, on bool) {
+	if !on {
+		for i := range top {
+			e.lpTop[i] = -1
+		}
+		return
+	}
+	copy(e.lpTop, top)
+	copy(e.lpRecs, recs)
+}
+
+// Logprobs implements backend.LogprobSampler, from the records of the
+// draws handed out last (handLogprobs): log-probabilities are the raw
+// logits less their row's log-sum-exp, in float64, as
+// sample.TokenLogProbs computes them. A row that asked for none has none.
+func (e *exec) Logprobs(i int, top []backend.TokenLogprob) (float32, int) {
+	if i < 0 || i >= len(e.lpTop) || e.lpTop[i] < 0 {
+		return float32(math.NaN()), 0
+	}
+	r := &e.lpRecs[i]
+	lp := float32(math.Inf(-1))
+	if r.drawn > lp {
+		lp = float32(float64(r.drawn) - r.lse)
+	}
+	n := min(int(r.n), int(e.lpTop[i]), len(top))
+	for k := range n {
+		top[k] = backend.TokenLogprob{ID: r.ids[k], Logprob: float32(float64(r.vals[k]) - r.lse)}
+	}
+	return lp, n
 }
 
 // stageDraws checks a batch to draw from by s, sets the draws up on first
@@ -149,6 +202,7 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 	}
 	dh := &e.drawHost
 	e.drawWindows, e.drawBias = false, false
+	lp := false
 	for i, x := range s {
 		dh.temp[i], dh.seed[i], dh.step[i] = x.Temperature, x.Seed, x.Step
 		dh.topK[i], dh.topP[i], dh.minP[i] = int32(x.TopK), x.TopP, x.MinP
@@ -160,6 +214,11 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 			dh.bias[i*backend.MaxBias+j] = biasEntry{id, x.BiasValues[j]}
 		}
 		e.drawBias = e.drawBias || len(x.BiasIDs) > 0
+		dh.lpn[i] = -1
+		if x.Logprobs {
+			dh.lpn[i] = int32(x.TopLogprobs)
+			lp = true
+		}
 		dh.wsize[i], dh.wlen[i], dh.wnext[i] = 0, 0, 0
 		if !x.Penalizes() {
 			continue
@@ -177,7 +236,10 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 		copy(dh.win[i*backend.MaxWindow:], x.Recent)
 	}
 	e.drawOut = drawOut(s)
-	if len(s) == 1 && e.draw.foldAt >= 0 {
+	switch {
+	case lp:
+		e.drawOut += outLogprobs
+	case len(s) == 1 && e.draw.foldAt >= 0:
 		switch {
 		case e.drawOut == outDrawn && !(s[0].Temperature > 0):
 			e.drawOut = outFolded
@@ -189,7 +251,8 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 }
 
 // launchDraws queues the draws of the sel selected rows' logits on
-// stream, for output out: outAdjusted and outAdjustedNucleus first
+// stream, for output out: out from outLogprobs on adds logprob before the
+// launches of out - outLogprobs and logprob_end after them; outAdjusted and outAdjustedNucleus first
 // change the logits of rows with a bias or penalties, outNucleus and
 // outAdjustedNucleus
 // then find the cuts of the rows that draw as sample.SampleNucleus. They
@@ -201,6 +264,20 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 // nucleus_pass reads the largest logit from the slots).
 func (e *exec) launchDraws(sel, out int, stream uintptr, pdl bool) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
+	if out >= outLogprobs {
+		*c = callArgs{ds.lpFn, uintptr(ds.chunks), uintptr(sel), 1, drawThreads, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.lpParams[0])), 0}
+		if r := c.call(d.launchKernel, 11); r != 0 {
+			return fmt.Errorf("cuda: launching the log-probabilities: %w", d.err(r))
+		}
+		if err := e.launchDraws(sel, out-outLogprobs, stream, pdl); err != nil {
+			return err
+		}
+		*c = callArgs{ds.lpEndFn, uintptr(sel), 1, 1, 32, 1, 1, 0, stream, uintptr(unsafe.Pointer(&ds.lpEndParams[0])), 0}
+		if r := c.call(d.launchKernel, 11); r != 0 {
+			return fmt.Errorf("cuda: launching the drawn tokens' log-probabilities: %w", d.err(r))
+		}
+		return nil
+	}
 	if out == outFolded {
 		if r := e.launch(&ds.pick, 1, sel, stream, pdl); r != 0 {
 			return fmt.Errorf("cuda: launching the folded draw: %w", d.err(r))
@@ -304,7 +381,9 @@ func (e *exec) newDrawState() error {
 	fnMax, okMax := e.be.funcs["nucleus_max"]
 	fnPass, okPass := e.be.funcs["nucleus_pass"]
 	fnAdj, okAdj := e.be.funcs["adjust"]
-	if !ok || !okMax || !okPass || !okAdj {
+	fnLp, okLp := e.be.funcs["logprob"]
+	fnLpEnd, okLpEnd := e.be.funcs["logprob_end"]
+	if !ok || !okMax || !okPass || !okAdj || !okLp || !okLpEnd {
 		return errors.New("cuda: a draw kernel is missing")
 	}
 	if drawChunk > drawMaxChunk {
@@ -317,7 +396,8 @@ func (e *exec) newDrawState() error {
 		n   int
 	}{{&ds.part, 8 * m * ds.chunks}, {&ds.cands, 8 * m * ds.chunks * backend.MaxTopK}, {&ds.ids, 4 * m}, {&ds.done, 4 * m},
 		{&ds.groups, 4 * m * ((ds.chunks + drawGroup - 1) / drawGroup)}, {&ds.nst, nucleusBytes * m}, {&ds.hist, 8 * nucBuckets * m},
-		{&ds.win, 4 * backend.MaxWindow * m}, {&ds.bias, 8 * backend.MaxBias * m}} {
+		{&ds.win, 4 * backend.MaxWindow * m}, {&ds.bias, 8 * backend.MaxBias * m},
+		{&ds.saved, 8 * (backend.MaxBias + backend.MaxWindow) * m}, {&ds.lpPart, 16 * m * ds.chunks}, {&ds.recs, lpRecBytes * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
@@ -339,9 +419,18 @@ func (e *exec) newDrawState() error {
 		ds.params[i] = uintptr(unsafe.Pointer(&ds.args[i]))
 	}
 	ds.adjFn = fnAdj
-	ds.adjArgs = [11]uint64{logits, e.meta, at(32), at(36), at(40), wsize, wlen, ds.win, at(56), ds.bias, vocab}
+	ds.adjArgs = [12]uint64{logits, e.meta, at(32), at(36), at(40), wsize, wlen, ds.win, at(56), ds.bias, vocab, ds.saved}
 	for i := range ds.adjArgs {
 		ds.adjParams[i] = uintptr(unsafe.Pointer(&ds.adjArgs[i]))
+	}
+	ds.lpFn, ds.lpEndFn = fnLp, fnLpEnd
+	ds.lpArgs = [10]uint64{logits, e.meta, at(60), wlen, vocab, chunk, ds.lpPart, ds.cands, ds.done, ds.recs}
+	for i := range ds.lpArgs {
+		ds.lpParams[i] = uintptr(unsafe.Pointer(&ds.lpArgs[i]))
+	}
+	ds.lpEndArgs = [9]uint64{logits, e.meta, at(60), ds.ids, at(56), wsize, ds.saved, ds.recs, vocab}
+	for i := range ds.lpEndArgs {
+		ds.lpEndParams[i] = uintptr(unsafe.Pointer(&ds.lpEndArgs[i]))
 	}
 	ds.nucFns[0] = fnMax
 	ds.nucArgs[0] = [13]uint64{ds.part, logits, temp, topK, topP, minP, e.meta, vocab, chunk, ds.done, ds.nst}
@@ -429,4 +518,4 @@ func (e *exec) launchFor(i, out int) *launch {
 	return &e.launches[i]
 }
 
-var _ backend.Sampler = (*exec)(nil)
+var _ backend.LogprobSampler = (*exec)(nil)

@@ -65,6 +65,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	topK := fs.Int("top-k", 0, "with --draw and a temperature: keep the k most probable tokens, at most 64 (0: off)")
 	topP := fs.Float64("top-p", 1, "with --draw and a temperature: keep the most probable tokens up to this probability (1: off)")
 	minP := fs.Float64("min-p", 0, "with --draw and a temperature: drop tokens below this fraction of the best token's probability (0: off)")
+	logprobs := fs.Int("logprobs", -1, "with --draw: each draw also reports its log-probability and those of the N most probable tokens, 0 to 20, as an API request with logprobs does (-1: off)")
 	fs.IntVar(&s.repeats, "r", 3, "repetitions of each test")
 	fs.IntVar(&s.threads, "threads", runtime.GOMAXPROCS(0), "CPU worker threads")
 	fs.IntVar(&s.batch, "b", 512, "most tokens one plan replay carries during prefill (llama-bench's -ub)")
@@ -96,6 +97,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --backend %q: want cpu, cuda or auto", errUsage, s.backend)
 	}
 	s.chain = backend.Sampling{Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP)}
+	if *logprobs >= 0 {
+		s.chain.Logprobs, s.chain.TopLogprobs = true, *logprobs
+	}
 	if err := benchChain(s); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -329,8 +333,8 @@ func bench(ctx context.Context, path string, s benchSpec, stderr io.Writer) ([]b
 // and one the backend can draw from the logits alone.
 func benchChain(s benchSpec) error {
 	c := s.chain
-	if !s.draw && (c.Temperature != 0 || c.TopK != 0 || c.TopP != 1 || c.MinP != 0) {
-		return errors.New("--temp, --top-k, --top-p and --min-p choose the draws of --draw")
+	if !s.draw && (c.Temperature != 0 || c.TopK != 0 || c.TopP != 1 || c.MinP != 0 || c.Logprobs) {
+		return errors.New("--temp, --top-k, --top-p, --min-p and --logprobs choose the draws of --draw")
 	}
 	if err := c.Check(); err != nil {
 		return err
@@ -339,12 +343,16 @@ func benchChain(s benchSpec) error {
 }
 
 // chainName is the suffix of a drawn test's name: the chain, if not
-// greedy.
+// greedy, and the log-probabilities asked for.
 func chainName(c backend.Sampling) string {
-	if c.Temperature == 0 {
-		return ""
+	name := ""
+	if c.Logprobs {
+		name = fmt.Sprintf(" lp%d", c.TopLogprobs)
 	}
-	name := fmt.Sprintf(" T%g", c.Temperature)
+	if c.Temperature == 0 {
+		return name
+	}
+	name += fmt.Sprintf(" T%g", c.Temperature)
 	if c.TopK > 0 {
 		name += fmt.Sprintf(" k%d", c.TopK)
 	}

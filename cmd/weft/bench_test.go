@@ -89,8 +89,19 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("drawn, top-p: %v, tests %+v", err, res)
 	}
 
+	// With log-probabilities, as an API request asks for them.
+	stdout, stderr, code = runWeft(t, "bench", "-m", model, "-p", "0", "-n", "6", "-r", "1", "--draw", "--logprobs", "5", "--json")
+	if code != 0 {
+		t.Fatalf("drawn, logprobs: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || len(res) != 1 || res[0].Test != "tg6 drawn lp5" || !(res[0].TokPerSec > 0) {
+		t.Fatalf("drawn, logprobs: %v, tests %+v", err, res)
+	}
+
 	for _, bad := range [][]string{
 		{"bench", "-m", model, "--temp", "0.8"},                            // a chain without --draw
+		{"bench", "-m", model, "--logprobs", "2"},                          // log-probabilities without --draw
+		{"bench", "-m", model, "--draw", "--logprobs", "21"},               // past the API's top_logprobs
 		{"bench", "-m", model, "--draw", "--temp", "0.8", "--top-k", "65"}, // past the device's top-k
 		{"bench", "-m", model, "--draw", "--temp", "-1"},
 		{"bench", "-m", model, "--draw", "--temp", "1", "--top-k", "5", "--min-p", "2"},

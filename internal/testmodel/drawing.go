@@ -10,9 +10,14 @@ import (
 // Drawing wraps a backend so that its executables draw tokens themselves
 // (backend.Sampler), as the CUDA backend does on the device, by the host
 // reference sample.Draw (SampleGumbel, or SampleTopK for a top-k). Draws counts the tokens they drew.
+// With Logprobs set they report log-probabilities too
+// (backend.LogprobSampler, by sample.TokenLogProbs), as the CUDA
+// backend's do; LogprobRows counts the rows they reported.
 type Drawing struct {
 	backend.Backend
-	Draws int
+	Draws       int
+	Logprobs    bool
+	LogprobRows int
 }
 
 // Compile wraps the inner executable.
@@ -21,7 +26,11 @@ func (d *Drawing) Compile(p *backend.Program) (backend.Exec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &drawingExec{Exec: x, vocab: p.Vocab, logits: make([]float32, p.MaxRows*p.Vocab), d: d}, nil
+	e := &drawingExec{Exec: x, vocab: p.Vocab, logits: make([]float32, p.MaxRows*p.Vocab), d: d}
+	if d.Logprobs {
+		return logprobExec{e}, nil
+	}
+	return e, nil
 }
 
 type drawingExec struct {
@@ -29,6 +38,23 @@ type drawingExec struct {
 	vocab  int
 	logits []float32
 	d      *Drawing
+	// lp and top are the log-probabilities of the draws made last, for
+	// the rows that asked.
+	lp  []float32
+	top [][]sample.TokenLogProb
+}
+
+// logprobExec is a drawingExec that reports its log-probabilities.
+type logprobExec struct{ *drawingExec }
+
+// Logprobs reports row i's log-probabilities of the draws made last.
+func (e logprobExec) Logprobs(i int, top []backend.TokenLogprob) (float32, int) {
+	n := min(len(top), len(e.top[i]))
+	for k, t := range e.top[i][:n] {
+		top[k] = backend.TokenLogprob{ID: t.ID, Logprob: t.LogProb}
+	}
+	e.d.LogprobRows++
+	return e.lp[i], n
 }
 
 // RunSampled runs the batch and draws each selected row's token.
@@ -44,6 +70,12 @@ func (e *drawingExec) RunSampled(b *backend.Batch, s []backend.Sampling, out []i
 		}
 		out[i] = id
 		e.d.Draws++
+		if x.Logprobs {
+			for len(e.lp) <= i {
+				e.lp, e.top = append(e.lp, 0), append(e.top, nil)
+			}
+			e.lp[i], e.top[i] = sample.TokenLogProbs(e.logits[i*v:(i+1)*v], id, x.TopLogprobs, e.top[i])
+		}
 	}
 	return nil
 }

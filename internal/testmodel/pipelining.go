@@ -14,10 +14,14 @@ import (
 // needs its draws, in the order the steps were issued, so a caller that
 // counts on a step having run before it waits for it is caught; as on the
 // device, every other run fails while steps are queued. Steps counts the
-// steps run, Chained those that IssueNext queued.
+// steps run, Chained those that IssueNext queued. With Logprobs set they
+// report log-probabilities too (backend.LogprobSampler), LogprobRows
+// counting the rows they reported.
 type Pipelining struct {
 	backend.Backend
 	Steps, Chained int
+	Logprobs       bool
+	LogprobRows    int
 }
 
 // Compile wraps the inner executable.
@@ -27,7 +31,21 @@ func (p *Pipelining) Compile(prog *backend.Program) (backend.Exec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pipeExec{drawingExec: x.(*drawingExec), p: p}, nil
+	e := &pipeExec{drawingExec: x.(*drawingExec), p: p}
+	if p.Logprobs {
+		return logprobPipe{e}, nil
+	}
+	return e, nil
+}
+
+// logprobPipe is a pipeExec that reports its log-probabilities.
+type logprobPipe struct{ *pipeExec }
+
+// Logprobs reports row i's log-probabilities of the draws handed out last.
+func (e logprobPipe) Logprobs(i int, top []backend.TokenLogprob) (float32, int) {
+	lp, n := logprobExec{e.drawingExec}.Logprobs(i, top)
+	e.p.LogprobRows++
+	return lp, n
 }
 
 type pipeExec struct {
@@ -132,4 +150,8 @@ func (e *pipeExec) WaitSampled(out []int32) error {
 	return nil
 }
 
-var _ backend.Pipeliner = (*pipeExec)(nil)
+var (
+	_ backend.Pipeliner      = (*pipeExec)(nil)
+	_ backend.LogprobSampler = logprobExec{}
+	_ backend.LogprobSampler = logprobPipe{}
+)
