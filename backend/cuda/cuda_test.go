@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,38 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
+	}
+}
+
+// TestKernelNamesCoverLookups: every kernel the Go code looks up by a
+// literal name (funcs["name"]) is one kernelNames lists, so that the
+// module it loads holds it (a kernel left off the list fails only on a
+// GPU, as "a draw kernel is missing").
+func TestKernelNamesCoverLookups(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := kernelNames()
+	lookup := regexp.MustCompile(`funcs\["([a-z0-9_]+)"\]`)
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range lookup.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if !slices.Contains(listed, m[1]) {
+				t.Errorf("%s looks up kernel %q, which kernelNames does not list", f, m[1])
+			}
+		}
+	}
+	if found < 7 { // the draws' seven kernels at least
+		t.Errorf("found %d kernel lookups by name; the pattern no longer matches the code", found)
 	}
 }
 

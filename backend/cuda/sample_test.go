@@ -20,7 +20,8 @@ import (
 // TestDeviceDraws: tokens drawn on the device (RunSampled through
 // engine.StepSampled) are sample.SampleGumbel's (or, with a top-k,
 // sample.SampleTopK's, with top-p or min-p alone sample.SampleNucleus's)
-// draws from the logits the same plan produces, for greedy, tempered,
+// draws from the logits the same plan produces, their log-probabilities
+// where asked sample.TokenLogProbs' (engine.Model.Logprobs), for greedy, tempered,
 // truncated and penalised rows, one row (a graph
 // replay), three, and ten (plain launches), with the vocabulary split into
 // many chunks.
@@ -77,6 +78,9 @@ func TestDeviceDraws(t *testing.T) {
 				if (i+step)%4 == 3 { // a logit bias: a few tokens favoured, one banned
 					s[i].BiasIDs, s[i].BiasValues = []int32{3, 40, 41, 200, int32(v - 1)}, []float32{2, 5, -1, float32(math.Inf(-1)), 3}
 				}
+				if (i+step)%3 != 1 { // log-probabilities, of 0 to 15 alternatives
+					s[i].Logprobs, s[i].TopLogprobs = true, 5*(step%4)
+				}
 			}
 			if err := m.Step(logitSeqs, toks, logits); err != nil {
 				t.Fatal(err)
@@ -91,6 +95,20 @@ func TestDeviceDraws(t *testing.T) {
 				}
 				if drawn[i] != want {
 					t.Fatalf("%d rows, step %d, row %d (%+v): drawn %d, sample %d", rows, step, i, s[i], drawn[i], want)
+				}
+				lp, top, ok := m.Logprobs(i)
+				if ok != s[i].Logprobs {
+					t.Fatalf("%d rows, step %d, row %d: log-probabilities %v, asked %v", rows, step, i, ok, s[i].Logprobs)
+				}
+				if ok {
+					wantLP, wantTop := sample.TokenLogProbs(logits[i*v:(i+1)*v], drawn[i], s[i].TopLogprobs, nil)
+					same := lpClose(lp, wantLP) && len(top) == len(wantTop)
+					for k := 0; same && k < len(top); k++ {
+						same = top[k].ID == wantTop[k].ID && lpClose(top[k].Logprob, wantTop[k].LogProb)
+					}
+					if !same {
+						t.Fatalf("%d rows, step %d, row %d (%+v): log-probabilities %v %v, host %v %v", rows, step, i, s[i], lp, top, wantLP, wantTop)
+					}
 				}
 				history[i] = append(history[i], drawn[i])
 			}
