@@ -147,9 +147,8 @@ func (e *exec) endStep(rows int, deepest int32) error {
 		return fmt.Errorf("cuda: %s: %w", what, d.err(r))
 	}
 	slot := c.issued % backend.MaxPipelined
-	if e.drawHost.drawnDev != 0 {
-		c.slotSteps[slot] = append(c.slotSteps[slot][:0], c.steps...)
-	} else {
+	c.slotSteps[slot] = append(c.slotSteps[slot][:0], c.steps...)
+	if e.drawHost.drawnDev == 0 {
 		ids := e.drawHost.ids[slot]
 		*a = callArgs{uintptr(unsafe.Pointer(&ids[0])), uintptr(e.draw.ids), uintptr(4 * rows), 0}
 		if r := a.call(d.dtoHAsync, 4); r != 0 {
@@ -158,9 +157,9 @@ func (e *exec) endStep(rows int, deepest int32) error {
 	}
 	c.lpOn[slot] = e.drawOut >= outLogprobs
 	c.lpTop[slot] = append(c.lpTop[slot][:0], e.drawHost.lpn[:rows]...)
-	if c.lpOn[slot] {
+	if c.lpOn[slot] && e.drawHost.lpDev == 0 {
 		recs := e.drawHost.lp[slot]
-		*a = callArgs{uintptr(unsafe.Pointer(&recs[0])), uintptr(e.draw.recs), uintptr(lpRecBytes * rows), 0}
+		*a = callArgs{uintptr(unsafe.Pointer(&recs[0])), uintptr(e.draw.recs), uintptr(lpRecBytes * 2 * rows), 0}
 		if r := a.call(d.dtoHAsync, 4); r != 0 {
 			return fail("queueing the copy of the log-probabilities", r)
 		}
@@ -197,7 +196,11 @@ func (e *exec) WaitSampled(out []int32) error {
 	} else {
 		copy(out, dh.ids[slot][:n])
 	}
-	e.handLogprobs(e.drawHost.lp[slot][:n], c.lpTop[slot], c.lpOn[slot])
+	recs := e.drawHost.lp[slot]
+	if e.drawHost.lpDev != 0 {
+		recs = e.drawHost.lp[0] // the kernels' own
+	}
+	e.handLogprobs(recs, c.slotSteps[slot], c.lpTop[slot], c.lpOn[slot])
 	return checkDraws(out, nil)
 }
 

@@ -42,6 +42,9 @@ func TestKernelNamesCoverLookups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(files) == 0 {
+		t.Skip("no Go sources here: a test binary run away from its package")
+	}
 	listed := kernelNames()
 	lookup := regexp.MustCompile(`funcs\["([a-z0-9_]+)"\]`)
 	found := 0

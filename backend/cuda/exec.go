@@ -76,10 +76,11 @@ type exec struct {
 	drawWindows, drawBias bool
 	// lpRecs are the log-probability records of the draws handed out
 	// last (RunSampled, WaitSampled), lpTop each row's TopLogprobs there
-	// (-1: none asked).
-	lpRecs []lpRec
-	lpTop  []int32
-	chain  chain // decode steps queued ahead of the host (chain.go)
+	// (-1: none asked); lpSteps is RunSampled's rows' draw steps.
+	lpRecs  []lpRec
+	lpTop   []int32
+	lpSteps []uint64
+	chain   chain // decode steps queued ahead of the host (chain.go)
 
 	alpha, beta float32  // cuBLAS scalars, read through pointers
 	sys         callArgs // arguments of the replay's driver calls
@@ -447,9 +448,13 @@ type drawHost struct {
 	// the draws are then copied into ids).
 	drawn    []int32
 	drawnDev uint64
-	// lp holds, a slot a step in flight (chain.go; RunSampled uses the
-	// first), the rows' log-probability records copied from the device.
-	lp [backend.MaxPipelined][]lpRec
+	// lp holds the rows' log-probability records, row r's of a draw at
+	// step t at 2r + (t & 1): where lpDev is set, the kernels write lp[0]
+	// themselves through it (its device address, as drawnDev is drawn's);
+	// else each step's are copied from the device into its slot's
+	// (chain.go; RunSampled uses the first).
+	lp    [backend.MaxPipelined][]lpRec
+	lpDev uint64
 }
 
 // lpRec is a row's log-probabilities as sample.cu's logprob and
@@ -459,7 +464,7 @@ type drawHost struct {
 type lpRec struct {
 	lse   float64
 	drawn float32
-	nwin  int32
+	_     int32
 	n     int32
 	_     int32
 	ids   [backend.MaxTopLogprobs]int32
@@ -486,7 +491,7 @@ func (e *exec) stageHost() {
 	winAt := metaBytes + drawBytes + 4*outFloats
 	biasAt := winAt + 4*backend.MaxWindow*m
 	lpAt := (biasAt + 8*backend.MaxBias*m + 7) &^ 7 // lpRec holds a float64
-	size := lpAt + lpRecBytes*backend.MaxPipelined*m
+	size := lpAt + lpRecBytes*backend.MaxPipelined*2*m
 	var block unsafe.Pointer
 	var dev uint64
 	if os.Getenv("WEFT_CUDA_PINNED") != "0" {
@@ -525,9 +530,9 @@ func (e *exec) stageHost() {
 	dh.blen = unsafe.Slice((*int32)(at(metaBytes+56*m)), m)
 	dh.lpn = unsafe.Slice((*int32)(at(metaBytes+60*m)), m)
 	for i := range dh.lp {
-		dh.lp[i] = unsafe.Slice((*lpRec)(at(lpAt+lpRecBytes*i*m)), m)
+		dh.lp[i] = unsafe.Slice((*lpRec)(at(lpAt+lpRecBytes*2*i*m)), 2*m)
 	}
-	e.lpRecs, e.lpTop = make([]lpRec, m), make([]int32, m)
+	e.lpRecs, e.lpTop, e.lpSteps = make([]lpRec, m), make([]int32, m), make([]uint64, m)
 	dh.bias = unsafe.Slice((*biasEntry)(at(biasAt)), backend.MaxBias*m)
 	for i := range dh.ids {
 		dh.ids[i] = unsafe.Slice((*int32)(at(metaBytes+drawParamBytes*m+4*i*m)), m)
@@ -536,6 +541,7 @@ func (e *exec) stageHost() {
 	dh.drawn = unsafe.Slice((*int32)(at(drawnAt)), 2*m)
 	if dev != 0 {
 		dh.drawnDev = dev + uint64(drawnAt)
+		dh.lpDev = dev + uint64(lpAt)
 	}
 	e.staged = unsafe.Slice((*float32)(at(metaBytes+drawBytes)), outFloats)
 }

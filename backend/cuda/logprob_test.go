@@ -21,7 +21,7 @@ func TestLpRecLayout(t *testing.T) {
 	for _, f := range []struct {
 		name      string
 		got, want uintptr
-	}{{"drawn", unsafe.Offsetof(r.drawn), 8}, {"nwin", unsafe.Offsetof(r.nwin), 12}, {"n", unsafe.Offsetof(r.n), 16},
+	}{{"drawn", unsafe.Offsetof(r.drawn), 8}, {"n", unsafe.Offsetof(r.n), 16},
 		{"ids", unsafe.Offsetof(r.ids), 24}, {"vals", unsafe.Offsetof(r.vals), 104}} {
 		if f.got != f.want {
 			t.Errorf("lpRec.%s at %d, lp_rec's at %d", f.name, f.got, f.want)
@@ -75,9 +75,10 @@ func checkLogprobs(t *testing.T, e *exec, i int, raw []float32, id int32, s back
 // top-p and min-p, biased and penalised, where the drawn token's raw
 // logit is the one adjust saved); on logits made to be hard (ties across
 // chunks, ±0, NaN, ±Inf, rows with few finite logits); at chunks of 4
-// tokens (375 chunks' lists merged), 48 and 512; run at once (RunSampled)
-// and queued (IssueSampled, IssueNext, WaitSampled: each step's records
-// handed out with its draws).
+// tokens (375 chunks' lists merged in groups), 48 and 512; run at once
+// (RunSampled) and queued (IssueSampled, IssueNext, WaitSampled: each
+// step's records handed out with its draws); the records written into
+// mapped host memory, and copied there (WEFT_CUDA_MAPPED_DRAWS=0).
 func TestDrawLogprobs(t *testing.T) {
 	gpu := newGPU(t)
 	defer func(c int) { drawChunk = c }(drawChunk)
@@ -135,8 +136,15 @@ func TestDrawLogprobs(t *testing.T) {
 		}
 		return s
 	}
-	for _, chunk := range []int{4, 48, 512} {
+	for _, c := range []struct {
+		chunk  int
+		mapped bool // the records written into mapped host memory, else copied there
+	}{{4, true}, {48, true}, {512, true}, {48, false}} {
+		chunk := c.chunk
 		drawChunk = chunk
+		if !c.mapped {
+			t.Setenv("WEFT_CUDA_MAPPED_DRAWS", "0")
+		}
 		b := newProg(t, 5, rows, 1, 64, vocab)
 		x, logits := b.buf(vocab), b.buf(vocab)
 		w := b.mat("F32", vocab, vocab, 1)
@@ -152,6 +160,9 @@ func TestDrawLogprobs(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := ex.(*exec)
+		if !c.mapped && e.drawHost.lpDev != 0 {
+			t.Fatal("WEFT_CUDA_MAPPED_DRAWS=0 left the records in mapped memory")
+		}
 		out := make([]int32, rows)
 		for trial := range 40 {
 			n := 1 + rng.IntN(rows)

@@ -547,6 +547,7 @@ __device__ void nucleus_ties(const float* l, int vocab, const nucleus& s, float 
 
 #define PEN_WINDOW 256 // backend.MaxWindow: a row's window tokens, a ring from wnext
 #define MAX_BIAS 512   // backend.MaxBias: a row's biased tokens
+#define SAVED (MAX_BIAS + PEN_WINDOW + 1) // adjust's saved logits a row (cuda's savedEntries)
 
 // adjust: block r changes row r's logits as sample.Draw.Sample does:
 // first the logit bias (blen[r] pairs of token and value at
@@ -556,9 +557,10 @@ __device__ void nucleus_ties(const float* l, int vocab, const nucleus& s, float 
 // multiplies another, then the presence penalty and the frequency penalty
 // times the token's count are subtracted, every operation rounded on its
 // own. Each logit it changes it first saves, with its token, in saved
-// (int2 [rows, MAX_BIAS + PEN_WINDOW]: bias j at j, the window's place j
-// at MAX_BIAS + j, token -1 where a place repeats an earlier token), for
-// logprob_end to find a drawn token's raw logit.
+// (int2 [rows, SAVED]: bias j at j, the window's place j at MAX_BIAS + j,
+// token -1 where a place repeats an earlier token, and the window's length
+// at MAX_BIAS + PEN_WINDOW), for logprob_end to find a drawn token's raw
+// logit.
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits, const int* meta, const float* rep,
         const float* pres, const float* freq, const int* wsize, const int* wlen, const int* win, const int* blen,
         const int2* bias, int vocab, int2* saved) {
@@ -566,7 +568,7 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits,
     if (r >= meta[1]) return;
     float* l = logits + (u64)r * vocab;
     const int2* b = bias + (u64)r * MAX_BIAS;
-    int2* sv = saved + (u64)r * (MAX_BIAS + PEN_WINDOW);
+    int2* sv = saved + (u64)r * SAVED;
     for (int j = threadIdx.x; j < blen[r]; j += DRAW_THREADS) {
         int2 e = b[j];
         float x = l[e.x];
@@ -577,6 +579,7 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits,
     __syncthreads(); // the biased logits, before the penalties read them
     int n = wlen[r];
     const int* w = win + (u64)r * PEN_WINDOW;
+    if (threadIdx.x == 0) sv[MAX_BIAS + PEN_WINDOW] = make_int2(n, 0);
     for (int j = threadIdx.x; j < n; j += DRAW_THREADS) {
         int t = w[j], count = 0;
         bool first = true;
@@ -601,13 +604,18 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits,
 // them (lpn[r] >= 0 top tokens) through its raw logits: block (c, r) the
 // largest logit of chunk c, its chunk's Σ e^(v - max) in double (each term
 // rounded to float32, as package sample's prob) and the chunk's best
-// lpn[r] keys (topk_chunk), and the row's last block the row's
-// log-sum-exp (the chunks' sums scaled to the row's largest logit) and its
-// best lpn[r] tokens (topk_merge), into rec[r]. After the draw,
-// logprob_end adds the drawn token's raw logit, from the logits or, where
-// adjust changed it, from what adjust saved. The host turns the record
-// into log-probabilities (sample.TokenLogProbs' arithmetic; the sum's
-// order differs, so they agree to ~1e-7, not bit for bit).
+// lpn[r] keys (topk_chunk); the last block of each group of DRAW_GROUP
+// chunks merges the group's (the sums scaled to the group's largest
+// logit, the lists by reduce_lists), as draw merges a top-k row's, and the
+// row's last block the groups': the row's log-sum-exp and its best lpn[r]
+// tokens, into the row's record. After the draw, logprob_end adds the
+// drawn token's raw logit, from the logits or, where adjust changed it,
+// from what adjust saved. A row's record is rec[2r + (its draw's step &
+// 1)] (page-locked host memory mapped for the device where the driver
+// gives it, as draw's host is: two steps in flight keep theirs apart).
+// The host turns the record into log-probabilities (sample.TokenLogProbs'
+// arithmetic; the sum's order differs, so they agree to ~1e-7, not bit
+// for bit).
 
 #define TOP_LP 20 // backend.MaxTopLogprobs
 
@@ -615,9 +623,9 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void adjust(float* logits,
 struct lp_rec {
     double lse;  // log Σ e^v over the raw logits
     float drawn; // the drawn token's raw logit (logprob_end)
-    int nwin;    // the penalty window's length when the step began
-    int n;       // tokens in ids and vals
-    int pad;
+    int pad0;
+    int n; // tokens in ids and vals
+    int pad1;
     int ids[TOP_LP];
     float vals[TOP_LP]; // their raw logits
     u64 pad2;
@@ -636,8 +644,27 @@ __device__ double block_sum(double v) {
     return v;
 }
 
+// lse_merge merges n (largest logit, Σ e^(v - largest)) pairs, each stride
+// apart from p, into one, scaled to their largest; thread 0's is the
+// answer. A pair of no finite logit is (-Inf, 0); +Inf stays +Inf.
+__device__ __forceinline__ double2 lse_merge(const double2* p, int n, int stride) {
+    float m = NEG_INF;
+    for (int c = threadIdx.x; c < n; c += DRAW_THREADS) m = fmaxf(m, (float)__ldcg(&p[(u64)c * stride].x));
+    m = block_max(m);
+    double s = 0.0;
+    if (m > NEG_INF && m < -NEG_INF)
+        for (int c = threadIdx.x; c < n; c += DRAW_THREADS) {
+            double2 q = __ldcg(&p[(u64)c * stride]);
+            if (q.y > 0.0) s += q.y * exp(q.x - (double)m);
+        }
+    else if (m == -NEG_INF)
+        s = 1.0;
+    s = block_sum(s);
+    return make_double2((double)m, s);
+}
+
 extern "C" __global__ __launch_bounds__(DRAW_THREADS) void logprob(const float* logits, const int* meta, const int* lpn,
-        const int* wlen, int vocab, int chunk, double2* part, u64* cands, unsigned* done, lp_rec* rec) {
+        const u64* step, int vocab, int chunk, double2* part, u64* cands, unsigned* done, unsigned* groups, lp_rec* rec) {
     __shared__ u64 buf[DRAW_LISTS * DRAW_TOPK], spare[DRAW_LISTS / 2 * DRAW_TOPK], pair[2 * DRAW_TOPK];
     __shared__ bool last;
     int r = blockIdx.y;
@@ -646,7 +673,9 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void logprob(const float* 
     if (n < 0) return;
     const float* l = logits + (u64)r * vocab;
     int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab), chunks = gridDim.x;
+    int ngroups = (chunks + DRAW_GROUP - 1) / DRAW_GROUP;
     u64* cb = cands + (u64)r * chunks * DRAW_TOPK;
+    double2* pr = part + (u64)r * chunks;
     float mx = NEG_INF;
     for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) mx = fmaxf(mx, l[i]); // NaN left out
     mx = block_max(mx);
@@ -655,25 +684,39 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void logprob(const float* 
         for (int i = lo + threadIdx.x; i < hi; i += DRAW_THREADS) sum += (double)prob_of(l[i], mx, 1.0);
     sum = block_sum(sum);
     if (n > 0) topk_chunk(buf, spare, l, lo, hi, n, cb + (u64)blockIdx.x * DRAW_TOPK);
-    if (threadIdx.x == 0) part[(u64)r * chunks + blockIdx.x] = make_double2((double)mx, sum);
+    if (threadIdx.x == 0) pr[blockIdx.x] = make_double2((double)mx, sum);
     __threadfence(); // the chunk's sum and keys are visible before the count says so
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&done[r], 1u) == (unsigned)chunks - 1;
+    // The last of a group's chunks to finish (counted in groups, left at 0
+    // again) merges the group's sums and lists into its first chunk's.
+    int g = blockIdx.x / DRAW_GROUP, g0 = g * DRAW_GROUP, ng = min(DRAW_GROUP, chunks - g0);
+    if (threadIdx.x == 0) last = atomicAdd(&groups[(u64)r * ngroups + g], 1u) == (unsigned)ng - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    float m = NEG_INF;
-    for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) m = fmaxf(m, (float)__ldcg(&part[(u64)r * chunks + c].x));
-    m = block_max(m);
-    double s = 0.0;
-    if (m > NEG_INF && m < -NEG_INF)
-        for (int c = threadIdx.x; c < chunks; c += DRAW_THREADS) {
-            double2 p = __ldcg(&part[(u64)r * chunks + c]);
-            if (p.y > 0.0) s += p.y * exp(p.x - (double)m);
+    if (ng > 1) {
+        double2 gs = lse_merge(pr + g0, ng, 1);
+        if (n > 0) {
+            for (int i = threadIdx.x; i < ng * DRAW_TOPK; i += DRAW_THREADS)
+                buf[i] = i % DRAW_TOPK < n ? __ldcg(cb + (u64)g0 * DRAW_TOPK + i) : 0;
+            __syncthreads();
+            const u64* best = reduce_lists(buf, ng, spare, n);
+            for (int i = threadIdx.x; i < n; i += DRAW_THREADS) cb[(u64)g0 * DRAW_TOPK + i] = best[i];
         }
-    s = block_sum(s);
-    if (n > 0) topk_merge(buf, spare, pair, cb, chunks, 1, n);
-    lp_rec* o = rec + r;
+        if (threadIdx.x == 0) pr[g0] = gs;
+        __threadfence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        groups[(u64)r * ngroups + g] = 0;
+        last = atomicAdd(&done[r], 1u) == (unsigned)ngroups - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    double2 rs = lse_merge(pr, ngroups, DRAW_GROUP);
+    if (n > 0) topk_merge(buf, spare, pair, cb, ngroups, DRAW_GROUP, n);
+    lp_rec* o = rec + 2 * r + (int)(step[r] & 1);
     for (int i = threadIdx.x; i < n; i += DRAW_THREADS) {
         u64 key = pair[i];
         o->ids[i] = key ? key_id(key) : -1;
@@ -683,31 +726,32 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void logprob(const float* 
         int k = 0;
         while (k < n && pair[k]) k++;
         o->n = k;
-        o->lse = m > NEG_INF ? (m < -NEG_INF ? (double)m + log(s) : (double)m) : (double)NEG_INF;
-        o->nwin = wlen[r];
+        float m = (float)rs.x;
+        o->lse = m > NEG_INF && m < -NEG_INF ? rs.x + log(rs.y) : rs.x;
         done[r] = 0;
     }
 }
 
 // logprob_end: block r (one warp) of a row that asks for log-probabilities
-// writes its drawn token's (ids[r]) raw logit into rec[r]: the logit
-// itself, or where adjust changed it, the value adjust saved (a biased
-// token's before its bias, else a penalised one's before its penalty).
+// writes its drawn token's (ids[r]) raw logit into the row's record (the
+// draw has advanced step[r]): the logit itself, or where adjust changed
+// it, the value adjust saved (a biased token's before its bias, else a
+// penalised one's before its penalty).
 extern "C" __global__ __launch_bounds__(32) void logprob_end(const float* logits, const int* meta, const int* lpn,
-        const int* ids, const int* blen, const int* wsize, const int2* saved, lp_rec* rec, int vocab) {
+        const int* ids, const int* blen, const int* wsize, const int2* saved, const u64* step, lp_rec* rec, int vocab) {
     int r = blockIdx.x;
     if (r >= meta[1] || lpn[r] < 0) return;
     int id = ids[r];
     float raw = NEG_INF;
     if (id >= 0) {
         raw = logits[(u64)r * vocab + id];
-        const int2* sv = saved + (u64)r * (MAX_BIAS + PEN_WINDOW);
+        const int2* sv = saved + (u64)r * SAVED;
         float vb = 0.f, vw = 0.f;
         bool inb = false, inw = false;
         for (int j = threadIdx.x; j < blen[r]; j += 32)
             if (sv[j].x == id) vb = __int_as_float(sv[j].y), inb = true;
         if (wsize[r] > 0)
-            for (int j = threadIdx.x; j < rec[r].nwin; j += 32)
+            for (int j = threadIdx.x, nw = sv[MAX_BIAS + PEN_WINDOW].x; j < nw; j += 32)
                 if (sv[MAX_BIAS + j].x == id) vw = __int_as_float(sv[MAX_BIAS + j].y), inw = true;
         // One lane at most finds the token among the biases (distinct
         // tokens), one among the window's saved places; the bias's value
@@ -719,7 +763,7 @@ extern "C" __global__ __launch_bounds__(32) void logprob_end(const float* logits
         if (b) raw = vb;
         else if (w) raw = vw;
     }
-    if (threadIdx.x == 0) rec[r].drawn = raw;
+    if (threadIdx.x == 0) rec[2 * r + (int)((step[r] - 1) & 1)].drawn = raw;
 }
 
 // draw: block (c, r) takes the best candidate of logits row r ([selected

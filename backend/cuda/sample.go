@@ -46,7 +46,7 @@ type drawState struct {
 	args   [23]uint64 // draw's arguments
 	params [23]uintptr
 	// adjust's launch, before the others where a row has a logit bias or
-	// penalties; saved: int2 [MaxRows, MaxBias + MaxWindow], the logits it
+	// penalties; saved: int2 [MaxRows, savedEntries], the logits it
 	// changed, before it changed them.
 	adjFn     uintptr
 	adjArgs   [12]uint64
@@ -54,12 +54,13 @@ type drawState struct {
 	saved     uint64
 	// The log-probabilities' launches (outLogprobs): logprob before the
 	// others, logprob_end after the draw. lpPart: double2 [MaxRows,
-	// chunks]; recs: sample.cu's lp_rec [MaxRows].
+	// chunks]; recs: sample.cu's lp_rec [MaxRows, 2] where the records do
+	// not go to mapped host memory (drawHost.lpDev).
 	lpFn, lpEndFn uintptr
-	lpArgs        [10]uint64
-	lpParams      [10]uintptr
-	lpEndArgs     [9]uint64
-	lpEndParams   [9]uintptr
+	lpArgs        [11]uint64
+	lpParams      [11]uintptr
+	lpEndArgs     [10]uint64
+	lpEndParams   [10]uintptr
 	lpPart, recs  uint64
 	// The nucleus rows' launches before draw: nucleus_max, then
 	// nucleus_pass for each digit of the cut.
@@ -122,20 +123,25 @@ func (e *exec) RunSampled(b *backend.Batch, s []backend.Sampling, out []int32) e
 		}
 		copy(out, ids)
 	}
-	if e.drawOut >= outLogprobs {
-		recs := dh.lp[0][:sel]
-		if err := e.fetch(unsafe.Pointer(&recs[0]), e.draw.recs, lpRecBytes*sel); err != nil {
+	lp := e.drawOut >= outLogprobs
+	if lp && dh.lpDev == 0 {
+		recs := dh.lp[0][:2*sel]
+		if err := e.fetch(unsafe.Pointer(&recs[0]), e.draw.recs, lpRecBytes*2*sel); err != nil {
 			return err
 		}
 	}
-	e.handLogprobs(dh.lp[0][:sel], dh.lpn[:sel], e.drawOut >= outLogprobs)
+	for i, x := range s {
+		e.lpSteps[i] = x.Step
+	}
+	e.handLogprobs(dh.lp[0], e.lpSteps[:sel], dh.lpn[:sel], lp)
 	return checkDraws(out, b.Selected)
 }
 
-// handLogprobs makes the log-probabilities of a step's rows (their
-// records, and each row's TopLogprobs or -1; on: the step took them)
-// those Logprobs reports: the draws handed out now.
-func (e *exec) handLogprobs(recs []lpRec, top []int32, on bool) {
+// handLogprobs makes the log-probabilities of a step's rows those
+// Logprobs reports, the draws handed out now: on says the step took
+// them, into recs (drawHost.lp's), row i's at 2i + (steps[i] & 1); top
+// is each row's TopLogprobs or -1.
+func (e *exec) handLogprobs(recs []lpRec, steps []uint64, top []int32, on bool) {
 	if !on {
 		for i := range top {
 			e.lpTop[i] = -1
@@ -143,7 +149,9 @@ func (e *exec) handLogprobs(recs []lpRec, top []int32, on bool) {
 		return
 	}
 	copy(e.lpTop, top)
-	copy(e.lpRecs, recs)
+	for i, t := range steps {
+		e.lpRecs[i] = recs[2*i+int(t&1)]
+	}
 }
 
 // Logprobs implements backend.LogprobSampler, from the records of the
@@ -360,6 +368,9 @@ func checkDraws(out, selected []int32) error {
 	return nil
 }
 
+// savedEntries is sample.cu's SAVED: adjust's saved logits a row.
+const savedEntries = backend.MaxBias + backend.MaxWindow + 1
+
 // drawThreads and drawGroup are sample.cu's DRAW_THREADS and DRAW_GROUP,
 // drawMaxChunk its DRAW_LISTS * DRAW_TOPK; nucBuckets its NUC_BUCKETS,
 // nucleusBytes the size of its nucleus, nucDigits the digits of a cut.
@@ -397,7 +408,7 @@ func (e *exec) newDrawState() error {
 	}{{&ds.part, 8 * m * ds.chunks}, {&ds.cands, 8 * m * ds.chunks * backend.MaxTopK}, {&ds.ids, 4 * m}, {&ds.done, 4 * m},
 		{&ds.groups, 4 * m * ((ds.chunks + drawGroup - 1) / drawGroup)}, {&ds.nst, nucleusBytes * m}, {&ds.hist, 8 * nucBuckets * m},
 		{&ds.win, 4 * backend.MaxWindow * m}, {&ds.bias, 8 * backend.MaxBias * m},
-		{&ds.saved, 8 * (backend.MaxBias + backend.MaxWindow) * m}, {&ds.lpPart, 16 * m * ds.chunks}, {&ds.recs, lpRecBytes * m}} {
+		{&ds.saved, 8 * savedEntries * m}, {&ds.lpPart, 16 * m * ds.chunks}, {&ds.recs, lpRecBytes * 2 * m}} {
 		ptr, err := e.alloc(uint64(a.n), "the draws")
 		if err != nil {
 			return err
@@ -424,11 +435,15 @@ func (e *exec) newDrawState() error {
 		ds.adjParams[i] = uintptr(unsafe.Pointer(&ds.adjArgs[i]))
 	}
 	ds.lpFn, ds.lpEndFn = fnLp, fnLpEnd
-	ds.lpArgs = [10]uint64{logits, e.meta, at(60), wlen, vocab, chunk, ds.lpPart, ds.cands, ds.done, ds.recs}
+	recs := ds.recs
+	if e.drawHost.lpDev != 0 {
+		recs = e.drawHost.lpDev
+	}
+	ds.lpArgs = [11]uint64{logits, e.meta, at(60), at(8), vocab, chunk, ds.lpPart, ds.cands, ds.done, ds.groups, recs}
 	for i := range ds.lpArgs {
 		ds.lpParams[i] = uintptr(unsafe.Pointer(&ds.lpArgs[i]))
 	}
-	ds.lpEndArgs = [9]uint64{logits, e.meta, at(60), ds.ids, at(56), wsize, ds.saved, ds.recs, vocab}
+	ds.lpEndArgs = [10]uint64{logits, e.meta, at(60), ds.ids, at(56), wsize, ds.saved, at(8), recs, vocab}
 	for i := range ds.lpEndArgs {
 		ds.lpEndParams[i] = uintptr(unsafe.Pointer(&ds.lpEndArgs[i]))
 	}
