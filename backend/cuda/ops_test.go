@@ -342,8 +342,9 @@ func opCases() []opCase {
 		{"tiled-window-ring", 4, 1, 72, 5, 0, 20, 2}, {"tiled-softcap", 6, 3, 16, 0, 20, 20, 3}, {"tiled-mixed-slots", 4, 2, 32, 0, 0, 12, 10},
 		{"tiled-odd-dims", 3, 1, 30, 0, 0, 20, 2}, {"tiled-gqa8", 16, 2, 64, 0, 0, 20, 2},
 		// Decode attention splits the cache in runs of splitKeys positions
-		// (lowered to 8 by TestOpsAgainstCPU's split/ variants); 300
-		// positions make 3 splits of several tiles at the default. In 60
+		// (lowered to 8 by TestOpsAgainstCPU's split/ variants) once a row
+		// sees more than four runs' worth (attention.cu's AS_ONE_RUN); 300
+		// positions make 10 runs at the default, 38 at 8. In 60
 		// batches of up to 96 rows, long-1400 decodes 7 batches past
 		// position 1,100: more than 32 runs, two partials a lane in the
 		// merge.
