@@ -454,20 +454,13 @@ func checkSamplings(s []backend.Sampling, n int) error {
 // where the backend can (backend.Sampler, and backend.LogprobSampler for
 // log-probabilities), else here from the logits (the caller holds mu).
 func (m *Model) draw(b *backend.Batch, s []backend.Sampling, out []int32, lp []rowLogprobs) error {
-	want := wantsLogprobs(s)
 	if ds, ok := m.exec.(backend.Sampler); ok {
-		ls, lok := ds.(backend.LogprobSampler)
-		if !want || lok {
+		ls, _ := ds.(backend.LogprobSampler)
+		if ls != nil || !wantsLogprobs(s) {
 			if err := ds.RunSampled(b, s, out); err != nil {
 				return err
 			}
-			if want {
-				readLogprobs(ls, s, lp)
-			} else {
-				for i := range s {
-					lp[i].on = false
-				}
-			}
+			readLogprobs(ls, s, lp)
 			return nil
 		}
 	}

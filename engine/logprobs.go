@@ -52,11 +52,12 @@ func sizeLogprobs(dst []rowLogprobs, n int) []rowLogprobs {
 }
 
 // readLogprobs takes the rows' log-probabilities of the draws ls handed
-// out last into dst.
+// out last into dst; with ls nil (a backend that reports none, so no row
+// asked it) every row has none.
 func readLogprobs(ls backend.LogprobSampler, s []backend.Sampling, dst []rowLogprobs) {
 	for i, x := range s {
 		r := &dst[i]
-		r.on = x.Logprobs
+		r.on = x.Logprobs && ls != nil
 		if !r.on {
 			continue
 		}

@@ -232,13 +232,8 @@ func (m *Model) land(e *issued) {
 		m.pipe.next = false
 		return
 	}
-	if ls, ok := dev.(backend.LogprobSampler); ok {
-		readLogprobs(ls, e.s, e.lp)
-	} else {
-		for i := range e.lp {
-			e.lp[i].on = false
-		}
-	}
+	ls, _ := dev.(backend.LogprobSampler)
+	readLogprobs(ls, e.s, e.lp)
 	if e.chained {
 		m.hold(e)
 	}

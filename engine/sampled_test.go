@@ -180,7 +180,7 @@ func TestStepLogprobs(t *testing.T) {
 		name      string
 		be        backend.Backend
 		pipelined bool
-		reported  func() int // rows the backend reported (nil: none may)
+		reported  func() int // rows the backend reported (nil: the engine computes them)
 	}{
 		{"cpu", cpu.New(2), false, nil},
 		{"sampler", &testmodel.Drawing{Backend: cpu.New(2)}, false, nil},

@@ -259,17 +259,17 @@ func (e *exec) stageDraws(b *backend.Batch, s []backend.Sampling) error {
 }
 
 // launchDraws queues the draws of the sel selected rows' logits on
-// stream, for output out: out from outLogprobs on adds logprob before the
-// launches of out - outLogprobs and logprob_end after them; outAdjusted and outAdjustedNucleus first
-// change the logits of rows with a bias or penalties, outNucleus and
-// outAdjustedNucleus
-// then find the cuts of the rows that draw as sample.SampleNucleus. They
-// follow the plan's last launch without
-// programmatic dependent launch: launched early, their blocks would hold
-// room on the multiprocessors that the output product's blocks need.
-// outFolded's one warp (draw_fold) follows it by programmatic dependent
-// launch where pdl is set; outFoldedNucleus has no nucleus_max (its first
-// nucleus_pass reads the largest logit from the slots).
+// stream, for output out: an out from outLogprobs on launches logprob,
+// then the launches of out - outLogprobs, then logprob_end; outAdjusted
+// and outAdjustedNucleus first change the logits of rows with a bias or
+// penalties, outNucleus and outAdjustedNucleus then find the cuts of the
+// rows that draw as sample.SampleNucleus. They follow the plan's last
+// launch without programmatic dependent launch: launched early, their
+// blocks would hold room on the multiprocessors that the output
+// product's blocks need. outFolded's one warp (draw_fold) follows it by
+// programmatic dependent launch where pdl is set; outFoldedNucleus has
+// no nucleus_max (its first nucleus_pass reads the largest logit from
+// the slots).
 func (e *exec) launchDraws(sel, out int, stream uintptr, pdl bool) error {
 	ds, d, c := e.draw, e.be.drv, &e.sys
 	if out >= outLogprobs {
