@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -145,17 +144,7 @@ func TestDrawLogprobs(t *testing.T) {
 		if !c.mapped {
 			t.Setenv("WEFT_CUDA_MAPPED_DRAWS", "0")
 		}
-		b := newProg(t, 5, rows, 1, 64, vocab)
-		x, logits := b.buf(vocab), b.buf(vocab)
-		w := b.mat("F32", vocab, vocab, 1)
-		data := b.p.Weights[w].Data.Bytes
-		for i, v := range table {
-			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
-		}
-		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: w})
-		b.op(backend.Op{Kind: backend.OpGather, Out: logits, A: x, OnSelected: true})
-		b.p.Logits = logits
-		ex, err := gpu.Compile(b.p)
+		ex, err := gpu.Compile(tableLogits(t, table, vocab, rows))
 		if err != nil {
 			t.Fatal(err)
 		}

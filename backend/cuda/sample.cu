@@ -221,6 +221,16 @@ __device__ void topk_merge(u64* buf, u64* spare, u64* pair, const u64* cb, int n
     }
 }
 
+// group_merge merges the ranked lists of k keys of a group's n chunks
+// (list j at cb + (g0 + j)·DRAW_TOPK) into the group's first list.
+__device__ __forceinline__ void group_merge(u64* buf, u64* spare, u64* cb, int g0, int n, int k) {
+    for (int i = threadIdx.x; i < n * DRAW_TOPK; i += DRAW_THREADS)
+        buf[i] = i % DRAW_TOPK < k ? __ldcg(cb + (u64)g0 * DRAW_TOPK + i) : 0;
+    __syncthreads();
+    const u64* best = reduce_lists(buf, n, spare, k);
+    for (int i = threadIdx.x; i < k; i += DRAW_THREADS) cb[(u64)g0 * DRAW_TOPK + i] = best[i];
+}
+
 // topk_draw is SampleTopK's steps 2-5 on the ranked keys[0, k) of logits
 // row l: thread 0's candidate (id -1: none) in best, id.
 __device__ void topk_draw(const u64* keys, const float* l, int k, float t, float topp, float minp, u64 skey, float* best,
@@ -696,13 +706,7 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void logprob(const float* 
     __threadfence();
     if (ng > 1) {
         double2 gs = lse_merge(pr + g0, ng, 1);
-        if (n > 0) {
-            for (int i = threadIdx.x; i < ng * DRAW_TOPK; i += DRAW_THREADS)
-                buf[i] = i % DRAW_TOPK < n ? __ldcg(cb + (u64)g0 * DRAW_TOPK + i) : 0;
-            __syncthreads();
-            const u64* best = reduce_lists(buf, ng, spare, n);
-            for (int i = threadIdx.x; i < n; i += DRAW_THREADS) cb[(u64)g0 * DRAW_TOPK + i] = best[i];
-        }
+        if (n > 0) group_merge(buf, spare, cb, g0, ng, n);
         if (threadIdx.x == 0) pr[g0] = gs;
         __threadfence();
     }
@@ -820,11 +824,7 @@ extern "C" __global__ __launch_bounds__(DRAW_THREADS) void draw(float2* part, u6
         if (!glast) return;
         __threadfence();
         if (n > 1) {
-            for (int i = threadIdx.x; i < n * DRAW_TOPK; i += DRAW_THREADS)
-                buf[i] = i % DRAW_TOPK < k ? __ldcg(cb + (u64)g0 * DRAW_TOPK + i) : 0;
-            __syncthreads();
-            const u64* best = reduce_lists(buf, n, spare, k);
-            for (int i = threadIdx.x; i < k; i += DRAW_THREADS) cb[(u64)g0 * DRAW_TOPK + i] = best[i];
+            group_merge(buf, spare, cb, g0, n, k);
             __threadfence();
         }
         if (threadIdx.x == 0) groups[(u64)r * ngroups + g] = 0;

@@ -347,17 +347,7 @@ func TestTopKDraws(t *testing.T) {
 	}
 	for _, chunk := range []int{4, 48, 2048} {
 		drawChunk = chunk
-		b := newProg(t, 5, rows, 1, 64, vocab)
-		x, logits := b.buf(vocab), b.buf(vocab)
-		w := b.mat("F32", vocab, vocab, 1)
-		data := b.p.Weights[w].Data.Bytes
-		for i, v := range table {
-			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
-		}
-		b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: w})
-		b.op(backend.Op{Kind: backend.OpGather, Out: logits, A: x, OnSelected: true})
-		b.p.Logits = logits
-		ex, err := gpu.Compile(b.p)
+		ex, err := gpu.Compile(tableLogits(t, table, vocab, rows))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -485,4 +475,22 @@ func TestDrawCost(t *testing.T) {
 		}
 		x.Close()
 	}
+}
+
+// tableLogits is a program of rows rows whose logits are the rows of the
+// F32 embedding table (vocab × vocab) that the batch's tokens choose, so
+// that they reach the draws as written.
+func tableLogits(t *testing.T, table []float32, vocab, rows int) *backend.Program {
+	t.Helper()
+	b := newProg(t, 5, rows, 1, 64, vocab)
+	x, logits := b.buf(vocab), b.buf(vocab)
+	w := b.mat("F32", vocab, vocab, 1)
+	data := b.p.Weights[w].Data.Bytes
+	for i, v := range table {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+	}
+	b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: w})
+	b.op(backend.Op{Kind: backend.OpGather, Out: logits, A: x, OnSelected: true})
+	b.p.Logits = logits
+	return b.p
 }
