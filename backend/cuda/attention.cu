@@ -238,7 +238,9 @@ __device__ __forceinline__ bool as_last(int* count, int r, int nkv, int kvh, int
 // runs of 128 against 32 positions: 8B Q4_0 +1.9 %, 1B +0.7 %), while a
 // deep row needs its many blocks (runs of 128 at 2,048 positions: -2 to
 // -3 %).
+#ifndef AS_ONE_RUN // WEFT_CUDA_DEFINES may set it, for comparisons
 #define AS_ONE_RUN 4
+#endif
 __device__ __forceinline__ bool as_run(int p, int window, int S, int keys, int kt, int s, int& j0, int& j1, int& ns) {
     int first = window > 0 ? max(0, p - window + 1) : 0, n = p - first + 1;
     ns = n <= AS_ONE_RUN * keys ? 1 : min(S, (n + keys - 1) / keys);
