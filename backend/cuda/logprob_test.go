@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -41,10 +42,13 @@ func lpClose(got, want float32) bool {
 	return math.Abs(g-w) <= 2e-6+1e-6*math.Abs(w)
 }
 
-// checkLogprobs compares row i's device log-probabilities with
-// sample.TokenLogProbs of its raw logits and draw id.
-func checkLogprobs(t *testing.T, e *exec, i int, raw []float32, id int32, s backend.Sampling, what string) {
+// checkDraw compares row i's device draw id with sample.Draw's of its raw
+// logits, and its log-probabilities with sample.TokenLogProbs'.
+func checkDraw(t *testing.T, e *exec, i int, raw []float32, id int32, s backend.Sampling, what string) {
 	t.Helper()
+	if want, _ := sample.Draw(s).Sample(raw); id != want {
+		t.Fatalf("%s, row %d: drawn %d, sample %d", what, i, id, want)
+	}
 	top := make([]backend.TokenLogprob, backend.MaxTopLogprobs)
 	lp, n := e.Logprobs(i, top)
 	if !s.Logprobs {
@@ -165,10 +169,7 @@ func TestDrawLogprobs(t *testing.T) {
 			}
 			for i, tok := range bt.Tokens {
 				raw := table[int(tok)*vocab : int(tok+1)*vocab]
-				if want, _ := sample.Draw(s[i]).Sample(raw); out[i] != want {
-					t.Fatalf("chunk %d, trial %d, row %d: drawn %d, sample %d", chunk, trial, i, out[i], want)
-				}
-				checkLogprobs(t, e, i, raw, out[i], s[i], "run")
+				checkDraw(t, e, i, raw, out[i], s[i], fmt.Sprintf("chunk %d, trial %d", chunk, trial))
 			}
 		}
 		// Queued steps: each row fed its draw, its window gaining it.
@@ -194,10 +195,7 @@ func TestDrawLogprobs(t *testing.T) {
 				}
 				for i := range n {
 					raw := table[int(toks[i])*vocab : int(toks[i]+1)*vocab]
-					if want, _ := sample.Draw(hs[i]).Sample(raw); out[i] != want {
-						t.Fatalf("chunk %d, queued trial %d, step %d, row %d: drawn %d, sample %d", chunk, trial, step, i, out[i], want)
-					}
-					checkLogprobs(t, e, i, raw, out[i], hs[i], "queued")
+					checkDraw(t, e, i, raw, out[i], hs[i], fmt.Sprintf("chunk %d, queued trial %d, step %d", chunk, trial, step))
 					toks[i] = out[i]
 					if hs[i].Penalizes() {
 						hs[i].Recent = append(slices.Clone(hs[i].Recent), out[i])[max(0, len(hs[i].Recent)+1-hs[i].Window):]
