@@ -139,6 +139,15 @@ func TestDrawLogprobs(t *testing.T) {
 		}
 		return s
 	}
+	// randomBatch is a batch of 1 to rows random tokens and their draws.
+	randomBatch := func(trial int) (*backend.Batch, []backend.Sampling) {
+		bt := tokenBatch(rng, 1+rng.IntN(rows), vocab)
+		s := make([]backend.Sampling, len(bt.Tokens))
+		for i := range s {
+			s[i] = randomSampling(trial, i)
+		}
+		return bt, s
+	}
 	for _, c := range []struct {
 		chunk  int
 		mapped bool // the records written into mapped host memory, else copied there
@@ -158,12 +167,8 @@ func TestDrawLogprobs(t *testing.T) {
 		}
 		out := make([]int32, rows)
 		for trial := range 40 {
-			n := 1 + rng.IntN(rows)
-			bt := tokenBatch(rng, n, vocab)
-			s := make([]backend.Sampling, n)
-			for i := range s {
-				s[i] = randomSampling(trial, i)
-			}
+			bt, s := randomBatch(trial)
+			n := len(s)
 			if err := e.RunSampled(bt, s, out[:n]); err != nil {
 				t.Fatalf("chunk %d, trial %d: %v", chunk, trial, err)
 			}
@@ -174,12 +179,8 @@ func TestDrawLogprobs(t *testing.T) {
 		}
 		// Queued steps: each row fed its draw, its window gaining it.
 		for trial := range 6 {
-			n := 1 + rng.IntN(rows)
-			bt := tokenBatch(rng, n, vocab)
-			s := make([]backend.Sampling, n)
-			for i := range s {
-				s[i] = randomSampling(trial, i)
-			}
+			bt, s := randomBatch(trial)
+			n := len(s)
 			toks, hs := slices.Clone(bt.Tokens), slices.Clone(s)
 			if err := e.IssueSampled(bt, s); err != nil {
 				t.Fatal(err)
