@@ -436,7 +436,7 @@ template <typename C, bool ASYNC, int DQ, int ND>
 __device__ __forceinline__ void attention_split_w_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int cap, float scale, float softcap, int window, signed char* qa, float2* ds, float* part,
-    int* count, int S, int kt, int keys) {
+    int* count, int S, int kt, int keys, int db) {
     constexpr int W = 32 * ND, HD = DQ * W, HDP = HD + 4;
     PHASE(0);
     extern __shared__ __align__(16) float sms[];
@@ -447,9 +447,12 @@ __device__ __forceinline__ void attention_split_w_t(
     int G = nheads / nkv, kvdim = nkv * HD;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = warp / DQ, dq = warp % DQ;
     bool live = g < G; // warp-uniform
-    float* Ks = sms;                  // [kt][HDP]
-    float* Vs = Ks + kt * HDP;        // [kt][HD]
-    float* Qs = Vs + kt * HD;         // [AW_HEADS][HD]
+    // With db set (float caches copied by cp.async), two tiles' room:
+    // the next tile is copied while the block computes the current one.
+    int tb = kt * (HDP + HD);         // a tile's floats, from one buffer's Ks to the next's
+    float* Ks = sms;                  // [kt][HDP], then the second tile's with db
+    float* Vs = Ks + kt * HDP;        // [kt][HD], likewise
+    float* Qs = Vs + (db ? tb + kt * HD : kt * HD); // [AW_HEADS][HD], after the tiles
     float* Ps = Qs + AW_HEADS * HD;      // [AW_HEADS][DQ][32]: partial scores
     float* Es = Ps + AW_HEADS * DQ * 32; // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
     float* Ws = Es + AW_HEADS * DQ * 32; // [AW_HEADS][AS_MAXS]: merge weights
@@ -464,22 +467,31 @@ __device__ __forceinline__ void attention_split_w_t(
     float m = NEG_INF, l = 0.f, acc[ND];
 #pragma unroll
     for (int k = 0; k < ND; k++) acc[k] = 0.f;
-    for (int t0 = j0; t0 < j1; t0 += kt) {
+    for (int t0 = j0, b = 0; t0 < j1; t0 += kt, b ^= db) {
         int nt = min(kt, j1 - t0);
         __syncthreads(); // the previous tile and its partial scores are consumed
+        float *Kt = Ks + b * tb, *Vt = Vs + b * tb; // this tile's buffer
         bool copied = false;
 #if __CUDA_ARCH__ >= 800
         if constexpr (ASYNC && sizeof(C) == 4) {
-            as_copy(Ks, Vs, kc, vc, base, t0, t0 == j0 ? early : 0, nt, HD, HDP, kvdim, cap);
-            if (t0 == j0)
-                for (int i = tid; i < G * (HD / 4); i += blockDim.x) cp_async16(smem_addr(&Qs[i << 2]), qb + (i << 2), true);
-            cp_async_commit();
-            cp_async_wait<0>();
+            if (t0 == j0 || !db) { // with db the tiles after the first were copied during the one before
+                as_copy(Kt, Vt, kc, vc, base, t0, t0 == j0 ? early : 0, nt, HD, HDP, kvdim, cap);
+                if (t0 == j0)
+                    for (int i = tid; i < G * (HD / 4); i += blockDim.x) cp_async16(smem_addr(&Qs[i << 2]), qb + (i << 2), true);
+                cp_async_commit();
+            }
+            if (db && t0 + kt < j1) { // the next tile, into the other buffer (consumed before this iteration's barrier)
+                as_copy(Ks + (b ^ 1) * tb, Vs + (b ^ 1) * tb, kc, vc, base, t0 + kt, 0, min(kt, j1 - t0 - kt), HD, HDP, kvdim, cap);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
             copied = true;
         }
 #endif
         if (!copied) {
-            as_load(Ks, Vs, kc, vc, base, t0, nt, HD, HDP, kvdim, cap);
+            as_load(Kt, Vt, kc, vc, base, t0, nt, HD, HDP, kvdim, cap);
             if (t0 == j0)
                 for (int i = tid; i < G * (HD / 4); i += blockDim.x) ((float4*)Qs)[i] = ((const float4*)qb)[i];
         }
@@ -489,7 +501,7 @@ __device__ __forceinline__ void attention_split_w_t(
             float d = 0.f;
             if (lane < nt) {
                 const float* qg = Qs + g * HD + W * dq;
-                const float* kj = Ks + lane * HDP + W * dq;
+                const float* kj = Kt + lane * HDP + W * dq;
 #pragma unroll
                 for (int c = 0; c < W; c += 4) {
                     float4 a = *(const float4*)(qg + c), b = *(const float4*)(kj + c);
@@ -522,7 +534,7 @@ __device__ __forceinline__ void attention_split_w_t(
             float* ew = Es + warp * 32;
             ew[lane] = e;
             __syncwarp();
-            const float* vd = Vs + W * dq + lane;
+            const float* vd = Vt + W * dq + lane;
             int j = 0;
 #pragma unroll 2
             for (; j + 4 <= nt; j += 4) {
@@ -575,9 +587,9 @@ __device__ __forceinline__ void attention_split_w_t(
     extern "C" __global__ void __launch_bounds__(32 * AW_HEADS * DQ) name(                                         \
         float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,   \
         int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,  \
-        float* part, int* count, int S, int kt, int keys) {                                                         \
+        float* part, int* count, int S, int kt, int keys, int db) {                                                 \
         attention_split_w_t<C, ASYNC, DQ, ND>(out, q, kc, vc, meta, pos, slots, nheads, nkv, cap, scale, softcap, window, qa, \
-                                       ds, part, count, S, kt, keys);                                               \
+                                       ds, part, count, S, kt, keys, db);                                           \
     }
 // Heads of 64 dims (Llama 3.2 1B) with up to 4 query heads a kv head
 // (planmm.go's splitWarpKernels): w2. Heads of 128 dims (Llama 3 8B)

@@ -598,7 +598,17 @@ func TestPlanSplitAttention(t *testing.T) {
 				n := len(c.args)
 				warps, smem := attSplitWarps, 4*(int(tc.kt)*(2*tc.hd+4)+tc.heads/tc.kv*tc.hd+attSplitWarps*attSplitMax)
 				if strings.HasPrefix(c.kernel, "attention_split_w") { // w2 and w2x2: 2 warps a head
-					warps, smem = 2*attSplitWHeads, 4*(int(tc.kt)*(2*tc.hd+4)+attSplitWHeads*tc.hd+2*attSplitWHeads*2*32+attSplitWHeads*attSplitMax)
+					// Two tiles' room where two of 32 keys fit in 48 KiB:
+					// heads of 64 dims, not of 128.
+					tiles := 1
+					if tc.hd == 64 {
+						tiles = 2
+					}
+					if c.args[n-1] != i32(tiles-1) {
+						t.Errorf("%s: %s copies ahead: %+v, want %v", tc.name, c.kernel, c.args[n-1], tiles == 2)
+					}
+					n--
+					warps, smem = 2*attSplitWHeads, 4*(tiles*int(tc.kt)*(2*tc.hd+4)+attSplitWHeads*tc.hd+2*attSplitWHeads*2*32+attSplitWHeads*attSplitMax)
 				}
 				if c.block != uint32(32*warps) || c.shared != uint32(smem) {
 					t.Errorf("%s: %s in blocks of %d threads with %d bytes of shared memory, want %d and %d", tc.name, c.kernel, c.block, c.shared, 32*warps, smem)
@@ -758,6 +768,41 @@ func TestSplitKernel(t *testing.T) {
 	} {
 		if got := splitKernel(tc.g, tc.hd, planOptions{attnWide: tc.wide}); got != tc.want {
 			t.Errorf("splitKernel(%d, %d, wide %v) = %s, want %s", tc.g, tc.hd, tc.wide, got, tc.want)
+		}
+	}
+}
+
+// TestAttentionSingleTile: WEFT_CUDA_ATTN_SINGLE=1 (planOptions.attnSingle)
+// gives attention_split_w2 one tile's shared memory and no copies ahead.
+func TestAttentionSingleTile(t *testing.T) {
+	t.Setenv("WEFT_CUDA_ATTN_SINGLE", "1")
+	opt := envPlanOptions()
+	if !opt.attnSingle {
+		t.Fatal("WEFT_CUDA_ATTN_SINGLE=1 did not reach the plan options")
+	}
+	for _, single := range []bool{false, true} {
+		b := newProg(t, 1, 16, 1, 1000, 8*64)
+		q, k, v, att := b.buf(8*64), b.buf(2*64), b.buf(2*64), b.buf(8*64)
+		b.cache(2*64, 1000)
+		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
+		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: 8, NKV: 2, HeadDim: 64, Scale: 0.125})
+		b.p.Logits = att
+		pl, err := plan(b.p, planOptions{sms: 4, attnSingle: single})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(pl.calls, func(c call) bool { return c.kernel == "attention_split_w2" })
+		if i < 0 {
+			t.Fatalf("single %v: no attention_split_w2 in the plan", single)
+		}
+		c := pl.calls[i]
+		tiles := 2
+		if single {
+			tiles = 1
+		}
+		smem := 4 * (tiles*32*(2*64+4) + attSplitWHeads*64 + 2*attSplitWHeads*2*32 + attSplitWHeads*attSplitMax)
+		if c.args[len(c.args)-1] != i32(tiles-1) || c.shared != uint32(smem) {
+			t.Errorf("single %v: copies ahead %+v with %d bytes of shared memory, want %v and %d", single, c.args[len(c.args)-1], c.shared, tiles == 2, smem)
 		}
 	}
 }

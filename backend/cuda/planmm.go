@@ -300,12 +300,22 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	if !ok || g > attSplitWHeads || opt.attnLane || opt.attnWide || opt.attnSync {
 		return []call{lane}
 	}
-	wide, ok := launch(w.name, attSplitWHeads*w.dq, func(kt int) int {
-		return 4 * (kt*(2*hd+4) + attSplitWHeads*hd + 2*attSplitWHeads*w.dq*32 + attSplitWHeads*attSplitMax)
-	})
+	wideSmem := func(tiles int) func(kt int) int {
+		return func(kt int) int {
+			return 4 * (tiles*kt*(2*hd+4) + attSplitWHeads*hd + 2*attSplitWHeads*w.dq*32 + attSplitWHeads*attSplitMax)
+		}
+	}
+	// Two tiles of 32 keys where they fit (the next copied while the
+	// current one is computed), else one.
+	db := 0
+	if wideSmem(2)(32) <= maxStaticShared && !opt.attnSingle {
+		db = 1
+	}
+	wide, ok := launch(w.name, attSplitWHeads*w.dq, wideSmem(1+db))
 	if !ok {
 		return []call{lane}
 	}
+	wide.args = append(wide.args, i32(db))
 	if !shallowOnly {
 		return []call{wide}
 	}
