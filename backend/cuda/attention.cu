@@ -132,15 +132,15 @@ ATTENTION(attention_h, u16)
 
 // as_copy copies keys k0 <= key < k1 of the tile at position t0 (keys
 // and values, hd floats each from the kv head at base) into Ks [kt][hdp]
-// and Vs [kt][hd] by cp.async, the block's threads taking 16-byte pieces
-// in turn. as_load does the same with plain loads (f16 caches, whose
+// and Vs [kt][hd] by cp.async, threads tid of nthr (the block's, or a
+// group's) taking 16-byte pieces in turn. as_load does the same with plain loads (f16 caches, whose
 // halves are converted, and cp.async's absence before sm_80).
 template <typename C>
 __device__ __forceinline__ void as_copy(float* Ks, float* Vs, const C* kc, const C* vc, u64 base, int t0, int k0, int k1,
-                                        int hd, int hdp, int kvdim, int cap) {
+                                        int hd, int hdp, int kvdim, int cap, int tid, int nthr) {
 #if __CUDA_ARCH__ >= 800
     int hd4 = hd >> 2;
-    for (int i = k0 * hd4 + threadIdx.x; i < k1 * hd4; i += blockDim.x) {
+    for (int i = k0 * hd4 + tid; i < k1 * hd4; i += nthr) {
         int key = i / hd4, c = (i - key * hd4) << 2;
         u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
         cp_async16(smem_addr(&Ks[key * hdp + c]), kc + at, true);
@@ -150,9 +150,9 @@ __device__ __forceinline__ void as_copy(float* Ks, float* Vs, const C* kc, const
 }
 template <typename C>
 __device__ __forceinline__ void as_load(float* Ks, float* Vs, const C* kc, const C* vc, u64 base, int t0, int nt, int hd,
-                                        int hdp, int kvdim, int cap) {
+                                        int hdp, int kvdim, int cap, int tid, int nthr) {
     int hd4 = hd >> 2;
-    for (int i = threadIdx.x; i < nt * hd4; i += blockDim.x) {
+    for (int i = tid; i < nt * hd4; i += nthr) {
         int key = i / hd4, c = (i - key * hd4) << 2;
         u64 at = base + (u64)((t0 + key) % cap) * kvdim + c;
         *(float4*)&Ks[key * hdp + c] = cld4(kc, at);
@@ -257,13 +257,13 @@ __device__ __forceinline__ bool as_run(int p, int window, int S, int keys, int k
 // Returns the keys copied (float caches by cp.async only).
 template <typename C, bool ASYNC>
 __device__ __forceinline__ int as_early(float* Ks, float* Vs, const C* kc, const C* vc, u64 base, int nrows, int p, int j0,
-                                        int j1, int kt, int hd, int hdp, int kvdim, int cap) {
+                                        int j1, int kt, int hd, int hdp, int kvdim, int cap, int tid, int nthr) {
     int early = 0;
 #if __CUDA_ARCH__ >= 800
     if constexpr (ASYNC && sizeof(C) == 4) {
         if (nrows == 1) {
             early = max(0, min(min(kt, j1 - j0), p - j0));
-            as_copy(Ks, Vs, kc, vc, base, j0, 0, early, hd, hdp, kvdim, cap);
+            as_copy(Ks, Vs, kc, vc, base, j0, 0, early, hd, hdp, kvdim, cap, tid, nthr);
         }
     }
 #endif
@@ -293,7 +293,7 @@ __device__ __forceinline__ void attention_split_t(
     if (!as_run(p, window, S, keys, kt, s, j0, j1, ns)) return;
     u64 base = (u64)slot * cap * kvdim + (u64)kvh * hd;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * hd;
-    int early = as_early<C, ASYNC>(Ks, Vs, kc, vc, base, nrows, p, j0, j1, kt, hd, hdp, kvdim, cap);
+    int early = as_early<C, ASYNC>(Ks, Vs, kc, vc, base, nrows, p, j0, j1, kt, hd, hdp, kvdim, cap, threadIdx.x, blockDim.x);
     PDL_ATTN;
     PHASE(1);
 
@@ -315,7 +315,7 @@ __device__ __forceinline__ void attention_split_t(
         bool copied = false;
 #if __CUDA_ARCH__ >= 800
         if constexpr (ASYNC && sizeof(C) == 4) {
-            as_copy(Ks, Vs, kc, vc, base, t0, t0 == j0 ? early : 0, nt, hd, hdp, kvdim, cap);
+            as_copy(Ks, Vs, kc, vc, base, t0, t0 == j0 ? early : 0, nt, hd, hdp, kvdim, cap, threadIdx.x, blockDim.x);
             cp_async_commit();
             copied = true;
         }
@@ -325,7 +325,7 @@ __device__ __forceinline__ void attention_split_t(
         if (copied) {
             cp_async_wait<0>();
         } else {
-            as_load(Ks, Vs, kc, vc, base, t0, nt, hd, hdp, kvdim, cap);
+            as_load(Ks, Vs, kc, vc, base, t0, nt, hd, hdp, kvdim, cap, threadIdx.x, blockDim.x);
         }
         __syncthreads();
         if (t0 == j0) PHASE(2);
@@ -428,16 +428,34 @@ __device__ __forceinline__ void attention_split_t(
 // is a chain of dependent instructions in warps that run alone on their
 // scheduler (ncu: ~10 cycles an instruction, 8B shape). Geometry, copies,
 // partials and merge as attention_split_t; grid (nkv·S, rows).
+//
+// NG > 1 gives the block NG such groups of 4·DQ warps, each with its own
+// tiles, queries and scores in shared memory and its own barrier (named
+// barrier 1 + group): group γ takes tiles γ, γ + NG, ... of the block's
+// run, so NG tiles are computed at once rather than one after the other,
+// and the groups' online softmaxes are merged in shared memory in group
+// order (a fixed order) before the block writes its output or its
+// partial. A run is then best NG tiles or a multiple (planmm.go's keys).
 // (A minimum of 1,024 threads a multiprocessor in the launch bounds, 64
 // registers a thread, made NVRTC 11.8 spill 36-56 bytes in every w
 // kernel, where unbounded they take 50-57 registers and none.)
 #define AW_HEADS 4
-template <typename C, bool ASYNC, int DQ, int ND>
+// aw_sync is the barrier of a group of warps: the block's with one group,
+// else named barrier 1 + grp over the group's gt threads.
+template <int NG>
+__device__ __forceinline__ void aw_sync(int grp, int gt) {
+    if constexpr (NG == 1) {
+        __syncthreads();
+    } else {
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(gt) : "memory");
+    }
+}
+template <typename C, bool ASYNC, int DQ, int ND, int NG>
 __device__ __forceinline__ void attention_split_w_t(
     float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,
     int nheads, int nkv, int cap, float scale, float softcap, int window, signed char* qa, float2* ds, float* part,
     int* count, int S, int kt, int keys, int db) {
-    constexpr int W = 32 * ND, HD = DQ * W, HDP = HD + 4;
+    constexpr int W = 32 * ND, HD = DQ * W, HDP = HD + 4, GW = AW_HEADS * DQ;
     PHASE(0);
     extern __shared__ __align__(16) float sms[];
     int r = blockIdx.y;
@@ -445,43 +463,52 @@ __device__ __forceinline__ void attention_split_w_t(
     if (r >= nrows) return;
     int kvh = blockIdx.x / S, s = blockIdx.x % S;
     int G = nheads / nkv, kvdim = nkv * HD;
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = warp / DQ, dq = warp % DQ;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    // A group's threads, gt = 32·GW, taken from blockDim: as a constant
+    // the copies' loops unrolled, to 103 registers (NVRTC 11.8).
+    int grp = NG == 1 ? 0 : warp / GW, lw = NG == 1 ? warp : warp % GW, gt = blockDim.x / NG, gtid = tid - grp * gt;
+    int g = lw / DQ, dq = lw % DQ;
     bool live = g < G; // warp-uniform
-    // With db set (float caches copied by cp.async), two tiles' room:
-    // the next tile is copied while the block computes the current one.
-    int tb = kt * (HDP + HD);         // a tile's floats, from one buffer's Ks to the next's
-    float* Ks = sms;                  // [kt][HDP], then the second tile's with db
-    float* Vs = Ks + kt * HDP;        // [kt][HD], likewise
-    float* Qs = Vs + (db ? tb + kt * HD : kt * HD); // [AW_HEADS][HD], after the tiles
+    // A group's shared memory: with db set (float caches copied by
+    // cp.async), two tiles' room, the next tile copied while the group
+    // computes the current one; then its queries, partial scores and
+    // weights. The merge weights follow the NG groups.
+    int tb = kt * (HDP + HD);                                  // a tile's floats, from one buffer's Ks to the next's
+    int gsz = (1 + db) * tb + AW_HEADS * HD + 2 * GW * 32;     // a group's floats
+    float* Ks = sms + grp * gsz;         // [kt][HDP], then the second tile's with db
+    float* Vs = Ks + kt * HDP;           // [kt][HD], likewise
+    float* Qs = Ks + (1 + db) * tb;      // [AW_HEADS][HD], after the tiles
     float* Ps = Qs + AW_HEADS * HD;      // [AW_HEADS][DQ][32]: partial scores
-    float* Es = Ps + AW_HEADS * DQ * 32; // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
-    float* Ws = Es + AW_HEADS * DQ * 32; // [AW_HEADS][AS_MAXS]: merge weights
+    float* Es = Ps + GW * 32;            // [AW_HEADS·DQ][32]: each warp's weights of the tile's keys
+    float* Ws = sms + NG * gsz;          // [AW_HEADS][AS_MAXS]: merge weights
     int j0, j1, ns;
     if (!as_run(p, window, S, keys, kt, s, j0, j1, ns)) return;
+    int f0 = j0 + grp * kt, step = NG * kt; // the group's first tile and its stride
     u64 base = (u64)slot * cap * kvdim + (u64)kvh * HD;
     const float* qb = q + ((u64)r * nheads + (u64)kvh * G) * HD;
-    int early = as_early<C, ASYNC>(Ks, Vs, kc, vc, base, nrows, p, j0, j1, kt, HD, HDP, kvdim, cap);
+    int early = as_early<C, ASYNC>(Ks, Vs, kc, vc, base, nrows, p, f0, j1, kt, HD, HDP, kvdim, cap, gtid, gt);
     PDL_ATTN;
     PHASE(1);
 
     float m = NEG_INF, l = 0.f, acc[ND];
 #pragma unroll
     for (int k = 0; k < ND; k++) acc[k] = 0.f;
-    for (int t0 = j0, b = 0; t0 < j1; t0 += kt, b ^= db) {
+    for (int t0 = f0, b = 0; t0 < j1; t0 += step, b ^= db) {
         int nt = min(kt, j1 - t0);
-        __syncthreads(); // the previous tile and its partial scores are consumed
+        aw_sync<NG>(grp, gt); // the previous tile and its partial scores are consumed
         float *Kt = Ks + b * tb, *Vt = Vs + b * tb; // this tile's buffer
         bool copied = false;
 #if __CUDA_ARCH__ >= 800
         if constexpr (ASYNC && sizeof(C) == 4) {
-            if (t0 == j0 || !db) { // with db the tiles after the first were copied during the one before
-                as_copy(Kt, Vt, kc, vc, base, t0, t0 == j0 ? early : 0, nt, HD, HDP, kvdim, cap);
-                if (t0 == j0)
-                    for (int i = tid; i < G * (HD / 4); i += blockDim.x) cp_async16(smem_addr(&Qs[i << 2]), qb + (i << 2), true);
+            if (t0 == f0 || !db) { // with db the tiles after the first were copied during the one before
+                as_copy(Kt, Vt, kc, vc, base, t0, t0 == f0 ? early : 0, nt, HD, HDP, kvdim, cap, gtid, gt);
+                if (t0 == f0)
+                    for (int i = gtid; i < G * (HD / 4); i += gt) cp_async16(smem_addr(&Qs[i << 2]), qb + (i << 2), true);
                 cp_async_commit();
             }
-            if (db && t0 + kt < j1) { // the next tile, into the other buffer (consumed before this iteration's barrier)
-                as_copy(Ks + (b ^ 1) * tb, Vs + (b ^ 1) * tb, kc, vc, base, t0 + kt, 0, min(kt, j1 - t0 - kt), HD, HDP, kvdim, cap);
+            if (db && t0 + step < j1) { // the next tile, into the other buffer (consumed before this iteration's barrier)
+                as_copy(Ks + (b ^ 1) * tb, Vs + (b ^ 1) * tb, kc, vc, base, t0 + step, 0, min(kt, j1 - t0 - step), HD, HDP, kvdim,
+                        cap, gtid, gt);
                 cp_async_commit();
                 cp_async_wait<1>();
             } else {
@@ -491,11 +518,11 @@ __device__ __forceinline__ void attention_split_w_t(
         }
 #endif
         if (!copied) {
-            as_load(Kt, Vt, kc, vc, base, t0, nt, HD, HDP, kvdim, cap);
-            if (t0 == j0)
-                for (int i = tid; i < G * (HD / 4); i += blockDim.x) ((float4*)Qs)[i] = ((const float4*)qb)[i];
+            as_load(Kt, Vt, kc, vc, base, t0, nt, HD, HDP, kvdim, cap, gtid, gt);
+            if (t0 == f0)
+                for (int i = gtid; i < G * (HD / 4); i += gt) ((float4*)Qs)[i] = ((const float4*)qb)[i];
         }
-        __syncthreads();
+        aw_sync<NG>(grp, gt);
         if (t0 == j0) PHASE(2);
         if (live) {
             float d = 0.f;
@@ -510,7 +537,7 @@ __device__ __forceinline__ void attention_split_w_t(
             }
             Ps[(g * DQ + dq) * 32 + lane] = d;
         }
-        __syncthreads();
+        aw_sync<NG>(grp, gt);
         if (live) {
             float sc = NEG_INF;
             if (lane < nt) {
@@ -531,7 +558,7 @@ __device__ __forceinline__ void attention_split_w_t(
             // four keys at a time, rather than a shuffle a key: P·V's
             // shared memory traffic is then what attention_split_gHdN's is
             // (the values), plus a 4·ND-th.
-            float* ew = Es + warp * 32;
+            float* ew = Es + lw * 32;
             ew[lane] = e;
             __syncwarp();
             const float* vd = Vt + W * dq + lane;
@@ -553,6 +580,43 @@ __device__ __forceinline__ void attention_split_w_t(
             }
             __syncwarp(); // ew is rewritten at the next tile
         }
+    }
+
+    if constexpr (NG > 1) {
+        // Group 0 merges the groups' softmaxes in group order: each group
+        // leaves its (acc[HD], max, sum) a head at the start of its own
+        // tiles' room. A group without a tile left max -inf and adds 0
+        // (group 0 always has one: a run is never empty).
+        __syncthreads(); // every group is done with its tiles
+        float* st = Ks + g * (HD + 2);
+        if (live) {
+#pragma unroll
+            for (int k = 0; k < ND; k++) st[W * dq + 32 * k + lane] = acc[k];
+            if (dq == 0 && lane == 0) {
+                st[HD] = m;
+                st[HD + 1] = l;
+            }
+        }
+        __syncthreads();
+        if (grp == 0 && live) {
+            float M = m;
+#pragma unroll
+            for (int y = 1; y < NG; y++) M = fmaxf(M, st[y * gsz + HD]);
+            float c0 = expf(m - M);
+            l *= c0;
+#pragma unroll
+            for (int k = 0; k < ND; k++) acc[k] *= c0;
+#pragma unroll
+            for (int y = 1; y < NG; y++) {
+                const float* o = st + y * gsz;
+                float c = expf(o[HD] - M);
+                l += o[HD + 1] * c;
+#pragma unroll
+                for (int k = 0; k < ND; k++) acc[k] += o[W * dq + 32 * k + lane] * c;
+            }
+            m = M;
+        }
+        live = live && grp == 0;
     }
 
     PHASE(4);
@@ -583,13 +647,13 @@ __device__ __forceinline__ void attention_split_w_t(
         as_merge(out, part, qa, ds, Ws + warp * AS_MAXS, r, nheads, kvh, G, S, ns, HD, warp, lane, AW_HEADS);
 }
 
-#define ATTENTION_SPLIT_W(name, C, ASYNC, DQ, ND)                                                                      \
-    extern "C" __global__ void __launch_bounds__(32 * AW_HEADS * DQ) name(                                         \
+#define ATTENTION_SPLIT_W(name, C, ASYNC, DQ, ND, NG)                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * AW_HEADS * DQ * NG) name(                                    \
         float* out, const float* q, const C* kc, const C* vc, const int* meta, const int* pos, const int* slots,   \
         int nheads, int nkv, int hd, int cap, float scale, float softcap, int window, signed char* qa, float2* ds,  \
         float* part, int* count, int S, int kt, int keys, int db) {                                                 \
-        attention_split_w_t<C, ASYNC, DQ, ND>(out, q, kc, vc, meta, pos, slots, nheads, nkv, cap, scale, softcap, window, qa, \
-                                       ds, part, count, S, kt, keys, db);                                           \
+        attention_split_w_t<C, ASYNC, DQ, ND, NG>(out, q, kc, vc, meta, pos, slots, nheads, nkv, cap, scale, softcap, \
+                                                  window, qa, ds, part, count, S, kt, keys, db);                    \
     }
 // Heads of 64 dims (Llama 3.2 1B) with up to 4 query heads a kv head
 // (planmm.go's splitWarpKernels): w2. Heads of 128 dims (Llama 3 8B)
@@ -599,10 +663,16 @@ __device__ __forceinline__ void attention_split_w_t(
 // cache (tg128 +4 % on 8B Q4_0) but 9-10 % slower 2,048 positions deep,
 // where its 16-warp blocks' extra softmaxes and barriers run for every 32
 // keys, and capping its splits did not save it.
-ATTENTION_SPLIT_W(attention_split_w2, float, true, 2, 1)
-ATTENTION_SPLIT_W(attention_split_w2_h, u16, false, 2, 1)
-ATTENTION_SPLIT_W(attention_split_w2x2, float, true, 2, 2)
-ATTENTION_SPLIT_W(attention_split_w2x2_h, u16, false, 2, 2)
+ATTENTION_SPLIT_W(attention_split_w2, float, true, 2, 1, 1)
+ATTENTION_SPLIT_W(attention_split_w2_h, u16, false, 2, 1, 1)
+ATTENTION_SPLIT_W(attention_split_w2x2, float, true, 2, 2, 1)
+ATTENTION_SPLIT_W(attention_split_w2x2_h, u16, false, 2, 2, 1)
+// Groups of warps a block (NG = 2, 4) for rows below the plan's deepAt
+// (planmm.go's splitGroups), float caches.
+ATTENTION_SPLIT_W(attention_split_w2g2, float, true, 2, 1, 2)
+ATTENTION_SPLIT_W(attention_split_w2g4, float, true, 2, 1, 4)
+ATTENTION_SPLIT_W(attention_split_w2x2g2, float, true, 2, 2, 2)
+ATTENTION_SPLIT_W(attention_split_w2x2g4, float, true, 2, 2, 4)
 
 #define ATTENTION_SPLIT(name, C, ASYNC, HPW, ND)                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * AS_WARPS) name(                                              \

@@ -47,7 +47,10 @@ type Backend struct {
 	target target
 	name   string // the device's name
 	sms    int    // multiprocessors
-	closed bool
+	// sharedOptin is the dynamic shared memory a block may opt in to
+	// (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).
+	sharedOptin int
+	closed      bool
 	// exact: the module was compiled to the CPU backend's exact contract
 	// (WEFT_CUDA_EXACT=1, exactOn) and plans keep to it.
 	exact bool
@@ -73,6 +76,9 @@ func kernelNames() []string {
 	for _, k := range append(slices.Collect(maps.Values(splitWarpKernels)), splitShallow128) {
 		names = append(names, k.name)
 		cached = append(cached, k.name)
+		for _, ng := range attGroupSizes {
+			names = append(names, groupKernel(k, ng)) // float caches only
+		}
 	}
 	for _, name := range cached {
 		names = append(names, name+"_h") // over f16 caches
@@ -147,6 +153,12 @@ func newBackend(device int, exact bool) (*Backend, error) {
 		return nil, fmt.Errorf("cuda: device %d: multiprocessors: %w", device, d.err(r))
 	}
 	b.sms = int(sms)
+	// The shared memory a block may opt in to; a driver that does not say
+	// leaves the default 48 KiB.
+	var optin int32
+	if d.cuDeviceGetAttribute(&optin, attrSharedOptin, b.dev) == 0 {
+		b.sharedOptin = int(optin)
+	}
 	n, err := loadNVRTC(d.version)
 	if err != nil {
 		return nil, err
@@ -206,6 +218,26 @@ func (b *Backend) load(n *nvrtcAPI, arch int) error {
 			return err
 		}
 		b.trace = t
+	}
+	return nil
+}
+
+// optIn lets kernel fn (name) launch with shared bytes of dynamic shared
+// memory beyond the default 48 KiB: it allows all that the device gives a
+// block less the kernel's static shared memory (the same every time, so
+// programs compiled later never lower it).
+func (b *Backend) optIn(fn uintptr, name string, shared uint32) error {
+	d := b.drv
+	var static int32
+	if r := d.cuFuncGetAttribute(&static, funcSharedSizeBytes, fn); r != 0 {
+		return fmt.Errorf("cuda: kernel %s: static shared memory: %w", name, d.err(r))
+	}
+	allow := int32(b.sharedOptin) - static
+	if int64(shared) > int64(allow) {
+		return fmt.Errorf("cuda: kernel %s needs %d bytes of shared memory; the device allows %d", name, shared, allow)
+	}
+	if r := d.cuFuncSetAttribute(fn, funcMaxDynamicShared, allow); r != 0 {
+		return fmt.Errorf("cuda: kernel %s: opting in to %d bytes of shared memory: %w", name, allow, d.err(r))
 	}
 	return nil
 }

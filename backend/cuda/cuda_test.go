@@ -543,33 +543,42 @@ func TestNVRTCCompilesKernels(t *testing.T) {
 
 // TestPlanSplitAttention checks which decode attention kernels each head
 // shape gets (by depth where they differ: shallow, then deep, launches),
-// and how many splits a cache makes.
+// how many splits a cache makes, and the groups of warps of the shallow
+// kernels by the shared memory a block may have.
 func TestPlanSplitAttention(t *testing.T) {
+	const h100 = 232448 // an H100's shared memory a block may opt in to
 	for _, tc := range []struct {
 		name                   string
 		heads, kv, hd, context int
 		want                   []string // launches for small batches, then for large
-		splits, kt             int32
-		keys                   int  // planOptions.splitKeys
-		lane                   bool // planOptions.attnLane
-		deepAt                 int  // planOptions.deepAt
+		splits, kt             int32    // of the one-group kernels
+		gsplits                int32    // of the grouped kernel
+		keys                   int      // planOptions.splitKeys
+		lane                   bool     // planOptions.attnLane
+		deepAt                 int      // planOptions.deepAt
+		shared, groups         int      // planOptions.maxShared, attnGroups
 	}{
-		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 32, 32, 0, false, 0},
-		{"gqa4-64-lane", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0, true, 0},
-		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_w2x2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, 0},
-		{"gqa4-128-at-200", 32, 8, 128, 1000, []string{"attention_split_w2x2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, 200},
-		{"gqa4-128-deep", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, -1},
-		{"gqa4-128-lane", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, true, 0},
-		{"gqa5-64", 10, 2, 64, 1000, []string{"attention_split_g2d2", "attention_tiled_64"}, 32, 32, 0, false, 0},
-		{"gqa4-96", 8, 2, 96, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, false, 0},
-		{"short", 8, 2, 64, 40, []string{"attention_split_w2", "attention_tiled_64"}, 2, 32, 0, false, 0},
-		{"long", 8, 2, 64, 100000, []string{"attention_split_w2", "attention_tiled_64"}, attSplitMax, 32, 0, false, 0},
-		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0, false, 0},
-		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0, false, 0},
-		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0, false, 0},
-		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0, false, 0},
-		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, -1, false, 0},
-		{"keys-100", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 10, 32, 100, false, 0},
+		{"gqa4-64", 8, 2, 64, 1000, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, 32, 32, 10, 0, false, 0, 0, 0},
+		{"gqa4-64-h100", 8, 2, 64, 1000, []string{"attention_split_w2g4", "attention_split_w2", "attention_tiled_64"}, 32, 32, 5, 0, false, 0, h100, 0},
+		{"gqa4-64-at-200", 8, 2, 64, 1000, []string{"attention_split_w2g4", "attention_split_w2", "attention_tiled_64"}, 32, 32, 2, 0, false, 200, h100, 0},
+		{"gqa4-64-groups1", 8, 2, 64, 1000, []string{"attention_split_w2", "attention_tiled_64"}, 32, 32, 0, 0, false, 0, h100, 1},
+		{"gqa4-64-groups2", 8, 2, 64, 1000, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, 32, 32, 10, 0, false, 0, h100, 2},
+		{"gqa4-64-lane", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0, 0, true, 0, h100, 0},
+		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_w2x2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, 0, false, 0, 0, 0},
+		{"gqa4-128-h100", 32, 8, 128, 1000, []string{"attention_split_w2x2g4", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 5, 0, false, 0, h100, 0},
+		{"gqa4-128-at-200", 32, 8, 128, 1000, []string{"attention_split_w2x2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, 0, false, 200, 0, 0},
+		{"gqa4-128-deep", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, 0, false, -1, h100, 0},
+		{"gqa4-128-lane", 32, 8, 128, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, 0, true, 0, h100, 0},
+		{"gqa5-64", 10, 2, 64, 1000, []string{"attention_split_g2d2", "attention_tiled_64"}, 32, 32, 0, 0, false, 0, h100, 0},
+		{"gqa4-96", 8, 2, 96, 1000, []string{"attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, 0, false, 0, h100, 0},
+		{"short", 8, 2, 64, 40, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, 2, 32, 1, 0, false, 0, 0, 0},
+		{"long", 8, 2, 64, 100000, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, attSplitMax, 32, 10, 0, false, 0, 0, 0},
+		{"hd256", 4, 2, 256, 256, []string{"attention_split", "attention"}, 8, 16, 0, 0, false, 0, 0, 0},
+		{"odd-dims", 4, 2, 30, 256, []string{"attention", "attention"}, 0, 0, 0, 0, false, 0, 0, 0},
+		{"gqa32", 32, 1, 64, 256, []string{"attention", "attention_tiled_64"}, 0, 0, 0, 0, false, 0, 0, 0},
+		{"hd512", 2, 1, 512, 64, []string{"attention", "attention"}, 0, 0, 0, 0, false, 0, 0, 0},
+		{"off", 8, 2, 64, 1000, []string{"attention", "attention_tiled_64"}, 0, 0, 0, -1, false, 0, 0, 0},
+		{"keys-100", 8, 2, 64, 1000, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, 10, 32, 7, 100, false, 0, 0, 0},
 	} {
 		b := newProg(t, 1, 16, 1, tc.context, tc.heads*tc.hd)
 		q, k, v, att := b.buf(tc.heads*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.kv*tc.hd), b.buf(tc.heads*tc.hd)
@@ -577,7 +586,7 @@ func TestPlanSplitAttention(t *testing.T) {
 		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
 		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: tc.heads, NKV: tc.kv, HeadDim: tc.hd, Scale: 0.25})
 		b.p.Logits = att
-		pl, err := plan(b.p, planOptions{sms: 4, splitKeys: tc.keys, attnLane: tc.lane, deepAt: tc.deepAt})
+		pl, err := plan(b.p, planOptions{sms: 4, splitKeys: tc.keys, attnLane: tc.lane, deepAt: tc.deepAt, maxShared: tc.shared, attnGroups: tc.groups})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -597,28 +606,33 @@ func TestPlanSplitAttention(t *testing.T) {
 			if strings.HasPrefix(c.kernel, "attention_split") {
 				n := len(c.args)
 				warps, smem := attSplitWarps, 4*(int(tc.kt)*(2*tc.hd+4)+tc.heads/tc.kv*tc.hd+attSplitWarps*attSplitMax)
+				splits, keys := tc.splits, cmp.Or(tc.keys, attSplitKeys)
 				if strings.HasPrefix(c.kernel, "attention_split_w") { // w2 and w2x2: 2 warps a head
-					// Two tiles' room where two of 32 keys fit in 48 KiB:
-					// heads of 64 dims, not of 128.
-					tiles := 1
-					if tc.hd == 64 {
+					// One group: two tiles' room where two of 32 keys fit
+					// in 48 KiB (heads of 64 dims, not of 128). Groups of
+					// warps (wNgG): one tile each, runs of a tile a group.
+					tiles, ng := 1, 1
+					if _, g, ok := strings.Cut(strings.TrimPrefix(c.kernel, "attention_split_w"), "g"); ok {
+						ng, _ = strconv.Atoi(g)
+						splits, keys = tc.gsplits, cmp.Or(tc.keys, attSplitKeys*ng)
+					} else if tc.hd == 64 {
 						tiles = 2
 					}
 					if c.args[n-1] != i32(tiles-1) {
 						t.Errorf("%s: %s copies ahead: %+v, want %v", tc.name, c.kernel, c.args[n-1], tiles == 2)
 					}
 					n--
-					warps, smem = 2*attSplitWHeads, 4*(tiles*int(tc.kt)*(2*tc.hd+4)+attSplitWHeads*tc.hd+2*attSplitWHeads*2*32+attSplitWHeads*attSplitMax)
+					warps = 2 * attSplitWHeads * ng
+					smem = 4 * (ng*(tiles*int(tc.kt)*(2*tc.hd+4)+attSplitWHeads*tc.hd+2*attSplitWHeads*2*32) + attSplitWHeads*attSplitMax)
 				}
 				if c.block != uint32(32*warps) || c.shared != uint32(smem) {
 					t.Errorf("%s: %s in blocks of %d threads with %d bytes of shared memory, want %d and %d", tc.name, c.kernel, c.block, c.shared, 32*warps, smem)
 				}
-				if c.args[n-3] != i32(int(tc.splits)) || c.args[n-2] != i32(int(tc.kt)) || c.gridX != uint32(tc.kv)*uint32(tc.splits) {
-					t.Errorf("%s: splits %+v, tile %+v, grid %d; want %d splits of %d-key tiles", tc.name, c.args[n-3], c.args[n-2], c.gridX, tc.splits, tc.kt)
+				if c.args[n-3] != i32(int(splits)) || c.args[n-2] != i32(int(tc.kt)) || c.gridX != uint32(tc.kv)*uint32(splits) {
+					t.Errorf("%s: %s: splits %+v, tile %+v, grid %d; want %d splits of %d-key tiles", tc.name, c.kernel, c.args[n-3], c.args[n-2], c.gridX, splits, tc.kt)
 				}
-				keys := cmp.Or(tc.keys, attSplitKeys)
 				if c.args[n-1] != i32(keys) {
-					t.Errorf("%s: runs of %+v positions, want %d", tc.name, c.args[n-1], keys)
+					t.Errorf("%s: %s: runs of %+v positions, want %d", tc.name, c.kernel, c.args[n-1], keys)
 				}
 				if want := int64(4 * smallRows * tc.heads * int(tc.splits) * (tc.hd + 2)); pl.scratch[scratchAttnPart] != want {
 					t.Errorf("%s: partials %d bytes, want %d", tc.name, pl.scratch[scratchAttnPart], want)
@@ -699,18 +713,23 @@ func TestGeometryMatchesSource(t *testing.T) {
 		ks[hd] = k
 	}
 	for hd, k := range ks {
-		for _, n := range []string{k.name, k.name + "_h"} {
+		names := map[string]int{k.name: 1, k.name + "_h": 1} // with their groups of warps
+		for _, ng := range attGroupSizes {
+			names[groupKernel(k, ng)] = ng
+		}
+		for n, ng := range names {
 			found := false
 			for _, line := range strings.Split(kernelSource, "\n") {
 				if rest, ok := strings.CutPrefix(line, "ATTENTION_SPLIT_W("+n+","); ok {
 					f := strings.Split(strings.TrimSuffix(rest, ")"), ", ")
-					dq, err1 := strconv.Atoi(f[len(f)-2])
-					nd, err2 := strconv.Atoi(f[len(f)-1])
-					found = err1 == nil && err2 == nil && dq == k.dq && 32*dq*nd == hd
+					dq, err1 := strconv.Atoi(f[len(f)-3])
+					nd, err2 := strconv.Atoi(f[len(f)-2])
+					g, err3 := strconv.Atoi(f[len(f)-1])
+					found = err1 == nil && err2 == nil && err3 == nil && dq == k.dq && 32*dq*nd == hd && g == ng
 				}
 			}
 			if !found {
-				t.Errorf("%s is not compiled for %d warps a head of %d dims", n, k.dq, hd)
+				t.Errorf("%s is not compiled for %d warps a head of %d dims in %d groups", n, k.dq, hd, ng)
 			}
 		}
 	}

@@ -19,8 +19,15 @@ type cuResult int32
 const (
 	attrMultiprocessors = 16
 	attrL2Bytes         = 38
+	attrSharedOptin     = 97 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 	attrCCMajor         = 75
 	attrCCMinor         = 76
+)
+
+// Function attributes (CUfunction_attribute).
+const (
+	funcSharedSizeBytes  = 1 // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: static shared memory
+	funcMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 )
 
 // minDriver is the oldest driver API accepted: CUDA 12.0 (cuLaunchKernelEx).
@@ -48,6 +55,8 @@ type driverAPI struct {
 	cuModuleLoadData          func(mod *uintptr, image unsafe.Pointer) cuResult                                                             `sym:"cuModuleLoadData"`
 	cuModuleUnload            func(mod uintptr) cuResult                                                                                    `sym:"cuModuleUnload"`
 	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) cuResult                                                          `sym:"cuModuleGetFunction"`
+	cuFuncSetAttribute        func(fn uintptr, attr int32, v int32) cuResult                                                                `sym:"cuFuncSetAttribute"`
+	cuFuncGetAttribute        func(v *int32, attr int32, fn uintptr) cuResult                                                               `sym:"cuFuncGetAttribute"`
 	cuModuleGetGlobal         func(p *uint64, bytes *uint64, mod uintptr, name string) cuResult                                             `sym:"cuModuleGetGlobal_v2"`
 	cuGetErrorName            func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorName"`
 	cuGetErrorString          func(r cuResult, s **byte) cuResult                                                                           `sym:"cuGetErrorString"`

@@ -211,8 +211,8 @@ func envPlanOptions() planOptions {
 	return planOptions{splitKeys: attentionSplitKeys(), noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0",
 		gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
 		attnWide: os.Getenv("WEFT_CUDA_ATTN_GENERAL") == "1", attnLane: os.Getenv("WEFT_CUDA_ATTN_LANE") == "1",
-		attnSingle: os.Getenv("WEFT_CUDA_ATTN_SINGLE") == "1",
-		deepAt:     envInt("WEFT_CUDA_ATTN_DEEP"), logitsSplit: envInt("WEFT_CUDA_LOGITS_SPLIT"),
+		attnSingle: os.Getenv("WEFT_CUDA_ATTN_SINGLE") == "1", attnGroups: envInt("WEFT_CUDA_ATTN_GROUPS"),
+		deepAt: envInt("WEFT_CUDA_ATTN_DEEP"), logitsSplit: envInt("WEFT_CUDA_LOGITS_SPLIT"),
 		noBreak: os.Getenv("WEFT_CUDA_BREAK") == "0", noGLU: os.Getenv("WEFT_CUDA_GLU") == "0",
 		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32,
 		twinGrid: min(max(envInt("WEFT_CUDA_TWIN_GRID"), 0), 16), glu1Warps: envInt("WEFT_CUDA_GLU1_WARPS"), twinRPB: envInt("WEFT_CUDA_TWIN_RPB"), twin13RPB: envInt("WEFT_CUDA_TWIN13_RPB"),
@@ -222,7 +222,7 @@ func envPlanOptions() planOptions {
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	opt := envPlanOptions()
-	opt.gemm, opt.sms, opt.mmq = b.blas != nil, b.sms, mmqOn(b.target.arch)
+	opt.gemm, opt.sms, opt.mmq, opt.maxShared = b.blas != nil, b.sms, mmqOn(b.target.arch), b.sharedOptin
 	if b.exact {
 		// cuBLAS's f16 products and the float32 attention kernels do
 		// not keep to the contract: mmq takes the large batches of
@@ -663,6 +663,11 @@ func (e *exec) bind(calls []call) error {
 		fn, ok := e.be.funcs[c.kernel]
 		if !ok {
 			return fmt.Errorf("cuda: op %d: no kernel %s", c.op, c.kernel)
+		}
+		if c.shared > maxStaticShared {
+			if err := e.be.optIn(fn, c.kernel, c.shared); err != nil {
+				return err
+			}
 		}
 		l.fn, l.params = fn, uintptr(unsafe.Pointer(&e.params[at]))
 		e.launches = append(e.launches, l)

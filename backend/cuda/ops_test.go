@@ -137,10 +137,13 @@ type opCase struct {
 	// warps: an attention case whose decode kernel is attention_split_wN
 	// (splitWarpKernels), run again with WEFT_CUDA_ATTN_LANE=1.
 	warps bool
-	// deep: an attention case of 128-dim heads, whose decode kernel is
-	// splitShallow128 below the plan's deepAt and attention_split_g1d4
-	// from there on: run again with deepAt at 20 (both in one run) and
-	// at -1 (g1d4 only).
+	// deep: an attention case whose decode kernel below the plan's
+	// deepAt is attention_split_wN with groups of warps (splitGroups; for
+	// 128-dim heads splitShallow128's), and from there on the one-group
+	// kernel (128-dim heads: attention_split_g1d4): run again with deepAt
+	// at 20 (both in one run), at -1 (the deep kernel only) and past the
+	// context (the grouped kernel only, its long rows split), and with
+	// other group counts.
 	deep bool
 }
 
@@ -370,7 +373,7 @@ func opCases() []opCase {
 		shaped := ac.hd%4 == 0 && splitKernel(ac.heads/ac.kv, ac.hd, planOptions{}) != "attention_split"
 		_, warps := splitWarpKernels[ac.hd]
 		warps = warps && ac.heads/ac.kv <= attSplitWHeads
-		deep := ac.hd == 128 && ac.heads/ac.kv <= attSplitWHeads
+		deep := (warps || ac.hd == 128) && ac.heads/ac.kv <= attSplitWHeads
 		cases = append(cases, opCase{name: "attention/" + ac.name, maxRows: maxRows, slots: slots, context: context, vocab: ac.heads * ac.hd, tol: 1e-5, steps: steps, shaped: shaped, warps: warps || deep, deep: deep,
 			build: func(b *progBuilder, out backend.BufID) {
 				q, k, v := b.buf(ac.heads*ac.hd), b.buf(ac.kv*ac.hd), b.buf(ac.kv*ac.hd)
@@ -432,9 +435,15 @@ func TestOpsAgainstCPU(t *testing.T) {
 				})
 			}
 			if tc.deep {
-				for _, at := range []string{"20", "-1"} {
+				for _, at := range []string{"20", "-1", "100000"} {
 					t.Run("deep"+at+"/"+tc.name, func(t *testing.T) {
 						t.Setenv("WEFT_CUDA_ATTN_DEEP", at)
+						run(t, tc.tol)
+					})
+				}
+				for _, ng := range []string{"1", "2"} {
+					t.Run("groups"+ng+"/"+tc.name, func(t *testing.T) {
+						t.Setenv("WEFT_CUDA_ATTN_GROUPS", ng)
 						run(t, tc.tol)
 					})
 				}

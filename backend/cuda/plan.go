@@ -312,11 +312,18 @@ type planOptions struct {
 	// that it copies each tile only when it reaches it
 	// (WEFT_CUDA_ATTN_SINGLE=1, for comparisons).
 	attnSingle bool
-	noBreak    bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
-	twinGrid   int  // blocks a multiprocessor for the one-row product twins (0: mvGridPerSM; WEFT_CUDA_TWIN_GRID, for comparisons)
-	glu1Warps  int  // warps of a one-row GLU block (0: gluTwin chooses; WEFT_CUDA_GLU1_WARPS, for comparisons)
-	twinRPB    int  // rows a block of the quantized one-row product twins (1, 2, 4 or 8; else rowsPerBlock; WEFT_CUDA_TWIN_RPB, for comparisons)
-	twin13RPB  int  // the same for the grouped twins (matvec13_*) alone (WEFT_CUDA_TWIN13_RPB)
+	// attnGroups is the groups of warps a block of decode attention below
+	// deepAt (0: splitGroups; 1: one, as from deepAt on; 2 or 4;
+	// WEFT_CUDA_ATTN_GROUPS, for comparisons).
+	attnGroups int
+	// maxShared is the dynamic shared memory a block may opt in to (the
+	// device's; 0: maxStaticShared).
+	maxShared int
+	noBreak   bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
+	twinGrid  int  // blocks a multiprocessor for the one-row product twins (0: mvGridPerSM; WEFT_CUDA_TWIN_GRID, for comparisons)
+	glu1Warps int  // warps of a one-row GLU block (0: gluTwin chooses; WEFT_CUDA_GLU1_WARPS, for comparisons)
+	twinRPB   int  // rows a block of the quantized one-row product twins (1, 2, 4 or 8; else rowsPerBlock; WEFT_CUDA_TWIN_RPB, for comparisons)
+	twin13RPB int  // the same for the grouped twins (matvec13_*) alone (WEFT_CUDA_TWIN13_RPB)
 	// noGLU plans gate and up as one grouped product and the GLU as its
 	// own launch, not matvec_glu (WEFT_CUDA_GLU=0, for comparisons).
 	noGLU     bool

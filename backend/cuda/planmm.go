@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/weftlm/weft/backend"
 )
@@ -274,21 +275,26 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	rows := min(p.MaxRows, smallRows)
 	pl.need(scratchAttnPart, 4*rows*op.NHeads*splits*(hd+2))
 	pl.need(scratchAttnCount, 4*rows*op.NKV)
+	// Beyond 48 KiB a kernel opts in (Backend.optIn) to what the device
+	// gives a block, less its static shared memory (a few bytes: as_last's
+	// flag).
+	limit := max(maxStaticShared, opt.maxShared-1024)
 	// launch is kernel's call, with warps warps a block and smem(kt)
-	// bytes of shared memory for tiles of kt keys (32, else 16).
-	launch := func(kernel string, warps int, smem func(kt int) int) (call, bool) {
+	// bytes of shared memory for tiles of kt keys (32, else 16), over runs
+	// of keys positions, at most splits of them a row.
+	launch := func(kernel string, warps int, smem func(kt int) int, keys, splits int) (call, bool) {
 		kt := 32
-		if smem(kt) > maxStaticShared {
+		if smem(kt) > limit {
 			kt = 16
 		}
-		if smem(kt) > maxStaticShared {
+		if smem(kt) > limit {
 			return call{}, false
 		}
 		return call{kernel: kernel, gridX: uint32(op.NKV * splits), gridY: gridAll, block: uint32(32 * warps),
 			shared: uint32(smem(kt)), which: metaRows,
-			args: append(args, scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt), i32(keys))}, true
+			args: append(slices.Clip(args), scratch(scratchAttnPart), scratch(scratchAttnCount), i32(splits), i32(kt), i32(keys))}, true
 	}
-	lane, ok := launch(splitKernel(g, hd, opt), attSplitWarps, func(kt int) int { return 4 * (kt*(2*hd+4) + g*hd + attSplitWarps*attSplitMax) })
+	lane, ok := launch(splitKernel(g, hd, opt), attSplitWarps, func(kt int) int { return 4 * (kt*(2*hd+4) + g*hd + attSplitWarps*attSplitMax) }, keys, splits)
 	if !ok {
 		return nil
 	}
@@ -300,29 +306,71 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 	if !ok || g > attSplitWHeads || opt.attnLane || opt.attnWide || opt.attnSync {
 		return []call{lane}
 	}
-	wideSmem := func(tiles int) func(kt int) int {
+	// groupSmem is the shared memory of attention_split_wN with ng groups
+	// of warps and tiles tiles a group (attention.cu's gsz).
+	groupSmem := func(ng, tiles int) func(kt int) int {
 		return func(kt int) int {
-			return 4 * (tiles*kt*(2*hd+4) + attSplitWHeads*hd + 2*attSplitWHeads*w.dq*32 + attSplitWHeads*attSplitMax)
+			return 4 * (ng*(tiles*kt*(2*hd+4)+attSplitWHeads*hd+2*attSplitWHeads*w.dq*32) + attSplitWHeads*attSplitMax)
 		}
 	}
 	// Two tiles of 32 keys where they fit (the next copied while the
 	// current one is computed), else one.
 	db := 0
-	if wideSmem(2)(32) <= maxStaticShared && !opt.attnSingle {
+	if groupSmem(1, 2)(32) <= maxStaticShared && !opt.attnSingle {
 		db = 1
 	}
-	wide, ok := launch(w.name, attSplitWHeads*w.dq, wideSmem(1+db))
+	wide, ok := launch(w.name, attSplitWHeads*w.dq, groupSmem(1, 1+db), keys, splits)
 	if !ok {
 		return []call{lane}
 	}
 	wide.args = append(wide.args, i32(db))
+	deepCall := wide
+	if shallowOnly {
+		deepCall = lane
+	}
+	// Below deepAt the rows run the kernel of ng groups of warps a block
+	// (splitGroups), over runs of ng tiles; from deepAt on, the kernel of
+	// one group (or, for 128-dim heads, attention_split_g1d4).
+	// The groups' tiles are of 32 keys: fewer groups where those do not
+	// fit the shared memory a block may have.
+	ng := cmp.Or(opt.attnGroups, splitGroups[hd])
+	for ng > 1 && groupSmem(ng, 1)(32) > limit {
+		ng /= 2
+	}
+	deepAt := cmp.Or(opt.deepAt, attDeepAt)
+	if ng > 1 && opt.deepAt >= 0 {
+		gkeys := attSplitKeys * ng
+		if opt.splitKeys > 0 {
+			gkeys = opt.splitKeys
+		}
+		gsplits := min(attSplitMax, max(1, (min(capacity, deepAt)+gkeys-1)/gkeys))
+		grouped, _ := launch(groupKernel(w, ng), attSplitWHeads*w.dq*ng, groupSmem(ng, 1), gkeys, gsplits)
+		grouped.args = append(grouped.args, i32(0))
+		pl.deepAt = deepAt
+		grouped.depth, deepCall.depth = shallow, deep
+		return []call{grouped, deepCall}
+	}
 	if !shallowOnly {
 		return []call{wide}
 	}
-	pl.deepAt = cmp.Or(opt.deepAt, attDeepAt)
+	pl.deepAt = deepAt
 	wide.depth, lane.depth = shallow, deep
 	return []call{wide, lane}
 }
+
+// groupKernel is the name of w's kernel with ng groups of warps a block
+// (attention.cu's NG: attention_split_wNgG).
+func groupKernel(w splitWarpKernel, ng int) string { return fmt.Sprintf("%sg%d", w.name, ng) }
+
+// splitGroups are the groups of warps a block of decode attention below
+// the plan's deepAt (attention.cu's NG), by head size: 1 keeps the one
+// group (planOptions.attnGroups overrides it; WEFT_CUDA_ATTN_GROUPS).
+var splitGroups = map[int]int{64: 4, 128: 4}
+
+// attGroupSizes are the group counts compiled for each of
+// splitWarpKernels and splitShallow128 (attention.cu's
+// ATTENTION_SPLIT_W instances).
+var attGroupSizes = []int{2, 4}
 
 // splitWarpKernels are attention.cu's attention_split_wN, by head size:
 // for up to attSplitWHeads query heads a kv head, N warps a query head
