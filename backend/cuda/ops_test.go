@@ -441,7 +441,7 @@ func TestOpsAgainstCPU(t *testing.T) {
 						run(t, tc.tol)
 					})
 				}
-				for _, ng := range []string{"1", "2"} {
+				for _, ng := range []string{"1", "2", "4"} {
 					t.Run("groups"+ng+"/"+tc.name, func(t *testing.T) {
 						t.Setenv("WEFT_CUDA_ATTN_GROUPS", ng)
 						run(t, tc.tol)

@@ -363,9 +363,18 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 func groupKernel(w splitWarpKernel, ng int) string { return fmt.Sprintf("%sg%d", w.name, ng) }
 
 // splitGroups are the groups of warps a block of decode attention below
-// the plan's deepAt (attention.cu's NG), by head size: 1 keeps the one
-// group (planOptions.attnGroups overrides it; WEFT_CUDA_ATTN_GROUPS).
-var splitGroups = map[int]int{64: 4, 128: 4}
+// the plan's deepAt (attention.cu's NG), by head size; a size not listed
+// keeps one group at every depth (planOptions.attnGroups overrides it;
+// WEFT_CUDA_ATTN_GROUPS). H100, tg drawn, Q4_0, groups 2 (and 4) against
+// one, same calls:
+//   - 8B shape (128 dims): tg128 470.8 against 461.2-461.5 (+2.0 %); tg64
+//     from 0 / 128 / 256 / 512 positions +0.7 / +1.6 / -2.4 / +2.0 %
+//     (4 groups: -1.2 % from 0, -3.0 % from 512).
+//   - 1B shape (64 dims): tg128 1,907 (4: 1,887) against 1,934; from 256
+//     and 512 positions -6 % (4: -11 %), from 64 even: its tiles are
+//     cheap, and the block's extra warps and merge cost more than the
+//     tiles they take off the chain.
+var splitGroups = map[int]int{128: 2}
 
 // attGroupSizes are the group counts compiled for each of
 // splitWarpKernels and splitShallow128 (attention.cu's
