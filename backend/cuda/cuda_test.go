@@ -562,7 +562,7 @@ func TestPlanSplitAttention(t *testing.T) {
 		{"gqa4-64-groups4", 8, 2, 64, 1000, []string{"attention_split_w2g4", "attention_split_w2", "attention_tiled_64"}, 32, 32, 5, 0, false, 0, h100, 4},
 		{"gqa4-64-groups4-48k", 8, 2, 64, 1000, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, 32, 32, 10, 0, false, 0, 0, 4},
 		{"gqa4-64-at-200", 8, 2, 64, 1000, []string{"attention_split_w2g4", "attention_split_w2", "attention_tiled_64"}, 32, 32, 2, 0, false, 200, h100, 4},
-				{"gqa4-64-groups2", 8, 2, 64, 1000, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, 32, 32, 10, 0, false, 0, h100, 2},
+		{"gqa4-64-groups2", 8, 2, 64, 1000, []string{"attention_split_w2g2", "attention_split_w2", "attention_tiled_64"}, 32, 32, 10, 0, false, 0, h100, 2},
 		{"gqa4-64-lane", 8, 2, 64, 1000, []string{"attention_split_g1d2", "attention_tiled_64"}, 32, 32, 0, 0, true, 0, h100, 0},
 		{"gqa4-128", 32, 8, 128, 1000, []string{"attention_split_w2x2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 0, 0, false, 0, 0, 0},
 		{"gqa4-128-h100", 32, 8, 128, 1000, []string{"attention_split_w2x2g2", "attention_split_g1d4", "attention_tiled_128"}, 32, 32, 10, 0, false, 0, h100, 0},
@@ -790,6 +790,31 @@ func TestSplitKernel(t *testing.T) {
 	} {
 		if got := splitKernel(tc.g, tc.hd, planOptions{attnWide: tc.wide}); got != tc.want {
 			t.Errorf("splitKernel(%d, %d, wide %v) = %s, want %s", tc.g, tc.hd, tc.wide, got, tc.want)
+		}
+	}
+}
+
+// TestPlanGroupsFloatCaches: the kernels of groups of warps are compiled
+// for float caches only, so f16 caches keep the one-group kernels.
+func TestPlanGroupsFloatCaches(t *testing.T) {
+	for _, f16 := range []bool{false, true} {
+		b := newProg(t, 1, 16, 1, 1000, 32*128)
+		q, k, v, att := b.buf(32*128), b.buf(8*128), b.buf(8*128), b.buf(32*128)
+		b.cache(8*128, 1000)
+		b.p.Caches[0].F16 = f16
+		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
+		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: 32, NKV: 8, HeadDim: 128, Scale: 0.125})
+		b.p.Logits = att
+		pl, err := plan(b.p, planOptions{sms: 4, maxShared: 232448})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "attention_split_w2x2g2"
+		if f16 {
+			want = "attention_split_w2x2_h"
+		}
+		if i := slices.IndexFunc(pl.calls, func(c call) bool { return c.kernel == want }); i < 0 || pl.calls[i].depth != shallow {
+			t.Errorf("f16 %v: no shallow %s in the plan", f16, want)
 		}
 	}
 }

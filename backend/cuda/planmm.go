@@ -338,7 +338,7 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 		ng /= 2
 	}
 	deepAt := cmp.Or(opt.deepAt, attDeepAt)
-	if ng > 1 && opt.deepAt >= 0 {
+	if ng > 1 && opt.deepAt >= 0 && !p.Caches[op.Layer].F16 { // grouped kernels read float caches only
 		gkeys := attSplitKeys * ng
 		if opt.splitKeys > 0 {
 			gkeys = opt.splitKeys
