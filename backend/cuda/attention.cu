@@ -133,8 +133,9 @@ ATTENTION(attention_h, u16)
 // as_copy copies keys k0 <= key < k1 of the tile at position t0 (keys
 // and values, hd floats each from the kv head at base) into Ks [kt][hdp]
 // and Vs [kt][hd] by cp.async, threads tid of nthr (the block's, or a
-// group's) taking 16-byte pieces in turn. as_load does the same with plain loads (f16 caches, whose
-// halves are converted, and cp.async's absence before sm_80).
+// group's) taking 16-byte pieces in turn. as_load does the same with
+// plain loads (f16 caches, whose halves are converted, and cp.async's
+// absence before sm_80).
 template <typename C>
 __device__ __forceinline__ void as_copy(float* Ks, float* Vs, const C* kc, const C* vc, u64 base, int t0, int k0, int k1,
                                         int hd, int hdp, int kvdim, int cap, int tid, int nthr) {

@@ -794,6 +794,22 @@ func TestSplitKernel(t *testing.T) {
 	}
 }
 
+// TestAttnGroupsSetting: WEFT_CUDA_ATTN_GROUPS reaches the plan options,
+// and a count with no kernel compiled for it is an error naming the
+// setting.
+func TestAttnGroupsSetting(t *testing.T) {
+	for _, tc := range []struct {
+		v   string
+		err bool
+	}{{"", false}, {"1", false}, {"2", false}, {"4", false}, {"3", true}, {"8", true}, {"-2", true}} {
+		t.Setenv("WEFT_CUDA_ATTN_GROUPS", tc.v)
+		err := envPlanOptions().check()
+		if (err != nil) != tc.err || err != nil && !strings.Contains(err.Error(), "WEFT_CUDA_ATTN_GROUPS") {
+			t.Errorf("WEFT_CUDA_ATTN_GROUPS=%q: %v", tc.v, err)
+		}
+	}
+}
+
 // TestPlanGroupsFloatCaches: the kernels of groups of warps are compiled
 // for float caches only, so f16 caches keep the one-group kernels.
 func TestPlanGroupsFloatCaches(t *testing.T) {

@@ -219,9 +219,20 @@ func envPlanOptions() planOptions {
 		noKGroup: os.Getenv("WEFT_CUDA_KGROUP") == "0", longRPB: envInt("WEFT_CUDA_LONG_RPB")}
 }
 
+// check reports settings from the environment that name no kernel.
+func (opt planOptions) check() error {
+	if g := opt.attnGroups; g != 0 && g != 1 && !slices.Contains(attGroupSizes, g) {
+		return fmt.Errorf("cuda: WEFT_CUDA_ATTN_GROUPS=%d: want 1 or one of %v", g, attGroupSizes)
+	}
+	return nil
+}
+
 // Compile implements backend.Backend.
 func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 	opt := envPlanOptions()
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
 	opt.gemm, opt.sms, opt.mmq, opt.maxShared = b.blas != nil, b.sms, mmqOn(b.target.arch), b.sharedOptin
 	if b.exact {
 		// cuBLAS's f16 products and the float32 attention kernels do

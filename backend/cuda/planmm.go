@@ -344,7 +344,7 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 			gkeys = opt.splitKeys
 		}
 		gsplits := min(attSplitMax, max(1, (min(capacity, deepAt)+gkeys-1)/gkeys))
-		grouped, _ := launch(groupKernel(w, ng), attSplitWHeads*w.dq*ng, groupSmem(ng, 1), gkeys, gsplits)
+		grouped, _ := launch(groupKernel(w, ng), attSplitWHeads*w.dq*ng, groupSmem(ng, 1), gkeys, gsplits) // fits: checked above
 		grouped.args = append(grouped.args, i32(0))
 		pl.deepAt = deepAt
 		grouped.depth, deepCall.depth = shallow, deep
