@@ -142,8 +142,9 @@ type opCase struct {
 	// 128-dim heads splitShallow128's), and from there on the one-group
 	// kernel (128-dim heads: attention_split_g1d4): run again with deepAt
 	// at 20 (both in one run), at -1 (the deep kernel only) and past the
-	// context (the grouped kernel only, its long rows split), and with
-	// other group counts.
+	// context (the shallow kernel only: for a grouped one, its long rows
+	// split), and with each group count (64-dim heads have no groups by
+	// default).
 	deep bool
 }
 

@@ -324,15 +324,15 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 		return []call{lane}
 	}
 	wide.args = append(wide.args, i32(db))
-	deepCall := wide
+	// Below deepAt the rows run shallow (the kernel of ng groups of warps
+	// a block, splitGroups, over runs of ng tiles; else wide), from deepAt
+	// on deep (wide, or for 128-dim heads attention_split_g1d4). The
+	// groups' tiles are of 32 keys: fewer groups where those do not fit
+	// the shared memory a block may have.
+	shallowCall, deepCall := wide, wide
 	if shallowOnly {
 		deepCall = lane
 	}
-	// Below deepAt the rows run the kernel of ng groups of warps a block
-	// (splitGroups), over runs of ng tiles; from deepAt on, the kernel of
-	// one group (or, for 128-dim heads, attention_split_g1d4).
-	// The groups' tiles are of 32 keys: fewer groups where those do not
-	// fit the shared memory a block may have.
 	ng := cmp.Or(opt.attnGroups, splitGroups[hd])
 	for ng > 1 && groupSmem(ng, 1)(32) > limit {
 		ng /= 2
@@ -344,18 +344,14 @@ func planSplitAttention(p *backend.Program, pl *planned, op *backend.Op, capacit
 			gkeys = opt.splitKeys
 		}
 		gsplits := min(attSplitMax, max(1, (min(capacity, deepAt)+gkeys-1)/gkeys))
-		grouped, _ := launch(groupKernel(w, ng), attSplitWHeads*w.dq*ng, groupSmem(ng, 1), gkeys, gsplits) // fits: checked above
-		grouped.args = append(grouped.args, i32(0))
-		pl.deepAt = deepAt
-		grouped.depth, deepCall.depth = shallow, deep
-		return []call{grouped, deepCall}
-	}
-	if !shallowOnly {
-		return []call{wide}
+		shallowCall, _ = launch(groupKernel(w, ng), attSplitWHeads*w.dq*ng, groupSmem(ng, 1), gkeys, gsplits) // fits: checked above
+		shallowCall.args = append(shallowCall.args, i32(0))
+	} else if !shallowOnly {
+		return []call{wide} // one kernel at every depth
 	}
 	pl.deepAt = deepAt
-	wide.depth, lane.depth = shallow, deep
-	return []call{wide, lane}
+	shallowCall.depth, deepCall.depth = shallow, deep
+	return []call{shallowCall, deepCall}
 }
 
 // groupKernel is the name of w's kernel with ng groups of warps a block
