@@ -95,6 +95,19 @@ const oneRowQuantGrid = 8
 // rowsPerBlock), for comparisons.
 const longRowChunks = 256
 
+// oneRoundRPB bounds the rows a block that the grouped one-row products
+// of Q8_0, Q4_0 and Q8_A (matvec13_*) take so that their groups fit one
+// round of the grid (oneRowQuantGrid a multiprocessor): half a warp a
+// row. The 8B shape's q/k/v (6,144 rows of 4,096 columns) at
+// rowsPerBlock's 4 rows a block is 1,536 groups on 1,056 blocks, and
+// 480 blocks then take a second group, whose loads are issued only once
+// their first is summed; at 8 rows a block, 768 blocks take one each.
+// Same run on an H100 (WEFT_CUDA_TWIN13_RPB=8 against 4, tg128 drawn,
+// two runs): 8B Q4_0 477.1 / 477.2 against 470.6 / 470.5 (+1.4 %); the
+// 1B shape's q/k/v already fits (1B Q4_0 1,930 / 1,928 against 1,931 /
+// 1,929). The K-quants' grouped twins keep rowsPerBlock (not measured).
+const oneRoundRPB = 8
+
 // oneRowTwin is c's launch for batches of one row, if it has one.
 func oneRowTwin(c call, opt planOptions) (call, bool) {
 	if c.cond != small && c.cond != always {
@@ -144,12 +157,22 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		// of each weight.
 		n := int(c.args[11].v + c.args[16].v + c.args[21].v)
 		rpb := rowsPer(n, chunks(int(c.args[5].v)), opt.sms)
-		groups := 0
-		for _, at := range []int{11, 16, 21} {
-			groups += (int(c.args[at].v) + rpb - 1) / rpb
+		groups := func(rpb int) (g int) {
+			for _, at := range []int{11, 16, 21} {
+				g += (int(c.args[at].v) + rpb - 1) / rpb
+			}
+			return g
+		}
+		// A launch whose groups overflow the grid runs in two rounds,
+		// the second's loads issued only as the first's blocks finish:
+		// mvq's twins take more rows a block until one round holds them.
+		if ty.quant && !ty.plain && opt.twinRPB == 0 && opt.twin13RPB == 0 {
+			for rpb < oneRoundRPB && groups(rpb) > grid*opt.sms {
+				rpb *= 2
+			}
 		}
 		t.kernel, t.args[6] = "matvec13_"+typ, i32(rpb)
-		t.gridX = uint32(min(groups, grid*opt.sms))
+		t.gridX = uint32(min(groups(rpb), grid*opt.sms))
 	case "matvec_glu":
 		// ..., N (15)
 		t.kernel = "matvec1_glu_" + typ

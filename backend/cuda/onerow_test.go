@@ -47,7 +47,12 @@ func TestOneRowTwin(t *testing.T) {
 		{mv("q4_0", 14336, 4096, 4), "matvec1_q4_0", 4, 1024}, // the 8B down product, 28 MiB
 		{mv3("bf16", 2048, 4096, 1024, 1024), "matvec13_bf16", 8, 528},
 		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 768},    // 6 MiB
-		{mv3("q8_0", 4096, 4096, 1024, 1024), "matvec13_q8_0", 4, 1056}, // the 8B q, k and v, 24 MiB
+		// The 8B q, k and v (24 MiB): 1,536 groups of 4 rows overflow the
+		// grid's 1,056 blocks, 768 groups of 8 fit one round.
+		{mv3("q8_0", 4096, 4096, 1024, 1024), "matvec13_q8_0", 8, 768},
+		{mv3("q4_0", 4096, 4096, 1024, 1024), "matvec13_q4_0", 8, 768},
+		{mv3("q4_0", 8192, 8192, 1024, 1024), "matvec13_q4_0", 8, 1056}, // 2,560 groups of 8 still overflow: 8 at most
+		{mv3("q4_k", 4096, 4096, 1024, 1024), "matvec13_q4_k", 4, 1056}, // the K-quants keep rowsPerBlock
 		{glu("f16", 2048, 8192), "matvec1_glu_f16", -1, 0},
 		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0},   // 12 MiB of gate and up rows
 		{glu("q8_0", 8192, 512), "matvec1_glu_q8_0", -1, 0},    // 8 MiB: N rows, not K
@@ -223,7 +228,9 @@ func TestGLUTwin(t *testing.T) {
 func TestTwinRPB(t *testing.T) {
 	mv3 := call{kernel: "matvec3_q8_0", cond: always, args: []arg{null, null, i64(4096), null, i32(0), i32(4096), i32(4),
 		null, null, i64(0), null, i32(4096), null, null, i64(0), null, i32(1024), null, null, i64(0), null, i32(1024)}}
-	for _, tc := range []struct{ all, grouped, want int }{{0, 0, 4}, {0, 2, 2}, {8, 0, 8}, {8, 2, 2}, {0, 5, 4}} {
+	// 6,144 rows: rowsPerBlock's 4 overflow the grid, so 8 unless forced
+	// (oneRoundRPB).
+	for _, tc := range []struct{ all, grouped, want int }{{0, 0, 8}, {0, 2, 2}, {0, 4, 4}, {8, 0, 8}, {8, 2, 2}, {0, 5, 4}, {4, 0, 4}} {
 		got, ok := oneRowTwin(mv3, planOptions{sms: 132, twinRPB: tc.all, twin13RPB: tc.grouped})
 		if !ok || got.args[6] != i32(tc.want) {
 			t.Errorf("matvec3_q8_0, WEFT_CUDA_TWIN_RPB=%d, WEFT_CUDA_TWIN13_RPB=%d: twin %v, rows a block %+v, want %d", tc.all, tc.grouped, ok, got.args[6], tc.want)
