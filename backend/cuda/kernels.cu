@@ -105,12 +105,33 @@ __device__ __forceinline__ float4 cld4(const u16* p, u64 i) {
 // that one's writes are visible, then (trigger) lets the next kernel start
 // launching in turn. Without the trigger the next kernel's blocks are
 // placed only as this kernel's blocks leave.
-__device__ __forceinline__ void pdl(bool trigger) {
+//
+// With first set the kernel lets the next one launch before it waits
+// (PDL_FIRST, below): the next kernel's own wait still waits for this one
+// to finish, so this only moves where its blocks are placed.
+__device__ __forceinline__ void pdl(bool trigger, bool first = false) {
 #if __CUDA_ARCH__ >= 900
+    if (trigger && first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (trigger) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (trigger && !first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+// PDL_FIRST (a mask: 1 rope_store, 2 the norms that quantize, 4 the
+// decode attention): those kernels let the next launch start before they
+// wait (pdl's first), so that its blocks are placed, and issue their
+// early weight loads (MV_EARLY), while the kernel before the norm still
+// runs, rather than a placement's latency after the norm's wait. A
+// norm's block is placed while the product before it runs, so the
+// product after it (q/k/v, gate/up) now streams its first batch during
+// that product's tail. Same run on an H100 (tg128 drawn, two runs each,
+// against 0): 2: 8B Q4_0 485.4 / 485.5 against 476.7 / 477.1 (+1.8 %),
+// 1B Q4_0 2,012 / 2,014 against 1,935 / 1,936 (+4.0 %); 1: 8B 473.7 /
+// 473.4 (-0.7 %), 1B 1,964 / 1,964 (+1.5 %); 4: even on both.
+// WEFT_CUDA_DEFINES=PDL_FIRST=N sets another mask, for comparisons.
+#ifndef PDL_FIRST
+#define PDL_FIRST 2
+#endif
 
 // Kernel classes whose blocks do not trigger the next launch early, for
 // comparisons (WEFT_CUDA_LATE=all,glu,mv,attn defines WEFT_LATE_*; nvrtc.go):
@@ -132,7 +153,8 @@ __device__ __forceinline__ void pdl(bool trigger) {
 #define PDL PDL_(!WEFT_LATE_ALL)
 #define PDL_GLU PDL_(TRIGGER_GLU)
 #define PDL_MV PDL_(TRIGGER_MV)
-#define PDL_ATTN PDL_(!(WEFT_LATE_ALL || WEFT_LATE_ATTN))
+#define PDL_ATTN PDL_FIRST_(!(WEFT_LATE_ALL || WEFT_LATE_ATTN), (PDL_FIRST & 4) != 0)
+#define PDL_AT(mask) PDL_FIRST_(!WEFT_LATE_ALL, (PDL_FIRST & (mask)) != 0)
 #define TRIGGER_MV (!(WEFT_LATE_ALL || WEFT_LATE_MV))
 #define TRIGGER_GLU (!(WEFT_LATE_ALL || WEFT_LATE_GLU))
 
@@ -171,13 +193,13 @@ __device__ __forceinline__ void trace_waited() {
     weft_rec_s = rec;
 }
 struct pdl_scope {
-    __device__ __forceinline__ pdl_scope(bool trigger, bool defer = false) {
+    __device__ __forceinline__ pdl_scope(bool trigger, bool defer = false, bool first = false) {
         if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
             weft_t0_s = gtime();
             weft_rec_s = nullptr;
         }
         if (defer) return;
-        pdl(trigger);
+        pdl(trigger, first);
         trace_waited();
     }
     __device__ __forceinline__ ~pdl_scope() {
@@ -186,6 +208,7 @@ struct pdl_scope {
 };
 #define PDL_(trigger) pdl_scope pdl_scope_(trigger)
 #define PDL_DEFER_(trigger, defer) pdl_scope pdl_scope_(trigger, defer)
+#define PDL_FIRST_(trigger, first) pdl_scope pdl_scope_(trigger, false, first)
 __device__ __forceinline__ void pdl_late(bool trigger) {
     pdl(trigger);
     trace_waited();
@@ -200,6 +223,7 @@ __device__ u64 weft_phase[8];
 #define PDL_(trigger) pdl(trigger)
 #define PDL_DEFER_(trigger, defer) \
     if (!(defer)) pdl(trigger)
+#define PDL_FIRST_(trigger, first) pdl(trigger, first)
 __device__ __forceinline__ void pdl_late(bool trigger) { pdl(trigger); }
 #define PHASE(i)
 #endif
@@ -519,7 +543,7 @@ __device__ __forceinline__ void norm_q8_row(float* out, float* a, const float* w
         int c = threadIdx.x + t * nt;
         wv[t] = c < nc ? w4[c] : zero;
     }
-    PDL;
+    PDL_AT(2);
     int r = blockIdx.y;
     float4* x = (float4*)(a + (u64)r * cols);
     const u8* row = nullptr;
@@ -676,7 +700,7 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
     freq_t p = (freq_t)pr;
     float s0 = 0.f, c0 = 1.f;
     if (t < half) rope_angle(p, invfreq[t], &s0, &c0);
-    PDL;
+    PDL_AT(1);
     if (r >= n) return;
     int kvdim = nkv * hd;
     bool isk = h >= nq;

@@ -95,17 +95,21 @@ const oneRowQuantGrid = 8
 // rowsPerBlock), for comparisons.
 const longRowChunks = 256
 
-// oneRoundRPB bounds the rows a block that the grouped one-row products
-// of Q8_0, Q4_0 and Q8_A (matvec13_*) take so that their groups fit one
-// round of the grid (oneRowQuantGrid a multiprocessor): half a warp a
-// row. The 8B shape's q/k/v (6,144 rows of 4,096 columns) at
-// rowsPerBlock's 4 rows a block is 1,536 groups on 1,056 blocks, and
-// 480 blocks then take a second group, whose loads are issued only once
-// their first is summed; at 8 rows a block, 768 blocks take one each.
-// Same run on an H100 (WEFT_CUDA_TWIN13_RPB=8 against 4, tg128 drawn,
-// two runs): 8B Q4_0 477.1 / 477.2 against 470.6 / 470.5 (+1.4 %); the
-// 1B shape's q/k/v already fits (1B Q4_0 1,930 / 1,928 against 1,931 /
-// 1,929). The K-quants' grouped twins keep rowsPerBlock (not measured).
+// oneRoundRPB is the rows a block of the grouped one-row products of
+// Q8_0, Q4_0 and Q8_A (matvec13_*) whose groups of 4 rows (a warp a row)
+// overflow one round of the grid (oneRowQuantGrid a multiprocessor):
+// half a warp a row. Where a launch's groups overflow the grid, the
+// blocks that take a second group issue its loads only once their first
+// is summed. The 8B shape's q/k/v (6,144 rows of 4,096 columns) at 4
+// rows a block is 1,536 groups on 1,056 blocks; at 8, 768 blocks take
+// one each. Where 4 rows a block fit, they beat rowsPerBlock's 8 for
+// short rows: the 1B shape's q/k/v (3,072 rows of 2,048 columns) in 768
+// blocks rather than 384. Same runs on an H100 (WEFT_CUDA_TWIN13_RPB,
+// tg128 drawn, two runs each): 8B Q4_0 477.1 / 477.2 at 8 against
+// 470.6 / 470.5 at 4 (+1.4 %), 8B Q8_0 305.9 / 305.8 against 304.5 /
+// 304.5 (+0.4 %); 1B Q4_0 1,952.9 / 1,952.8 at 4 against 1,935.4 /
+// 1,935.8 at 8 (+0.9 %). The K-quants' grouped twins keep rowsPerBlock
+// (not measured).
 const oneRoundRPB = 8
 
 // oneRowTwin is c's launch for batches of one row, if it has one.
@@ -163,12 +167,12 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 			}
 			return g
 		}
-		// A launch whose groups overflow the grid runs in two rounds,
-		// the second's loads issued only as the first's blocks finish:
-		// mvq's twins take more rows a block until one round holds them.
-		if ty.quant && !ty.plain && opt.twinRPB == 0 && opt.twin13RPB == 0 {
-			for rpb < oneRoundRPB && groups(rpb) > grid*opt.sms {
-				rpb *= 2
+		// mvq's twins take a warp a row where those groups fit one
+		// round of the grid, else half a warp (oneRoundRPB).
+		if ty.quant && !ty.plain && opt.twinRPB == 0 && opt.twin13RPB == 0 && rpb >= 4 {
+			rpb = 4
+			if groups(4) > grid*opt.sms {
+				rpb = oneRoundRPB
 			}
 		}
 		t.kernel, t.args[6] = "matvec13_"+typ, i32(rpb)
