@@ -127,10 +127,13 @@ __device__ __forceinline__ void pdl(bool trigger, bool first = false) {
 // that product's tail. Same run on an H100 (tg128 drawn, two runs each,
 // against 0): 2: 8B Q4_0 485.4 / 485.5 against 476.7 / 477.1 (+1.8 %),
 // 1B Q4_0 2,012 / 2,014 against 1,935 / 1,936 (+4.0 %); 1: 8B 473.7 /
-// 473.4 (-0.7 %), 1B 1,964 / 1,964 (+1.5 %); 4: even on both.
+// 473.4 (-0.7 %), 1B 1,964 / 1,964 (+1.5 %); 4: even on both. With the
+// norms' 2 (another run, against 2): 3: 8B 483.7 / 483.8 against 483.8
+// / 483.0, 1B 2,070.7 / 2,042.6 (± 47) against 2,033.5 / 2,034.1; 7: 8B
+// 482.7 / 482.6, 1B 2,073.6 / 2,075.0; 6: even on both.
 // WEFT_CUDA_DEFINES=PDL_FIRST=N sets another mask, for comparisons.
 #ifndef PDL_FIRST
-#define PDL_FIRST 2
+#define PDL_FIRST 3
 #endif
 
 // Kernel classes whose blocks do not trigger the next launch early, for
