@@ -518,6 +518,11 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
 // multiprocessor can run (the plan sizes their blocks to the weight,
 // gluTwin).
 #define GLU1_WARPS 8
+// GLU1_MINB: the wide GLU kernels' blocks a multiprocessor in their launch
+// bounds (4: 64 registers), for comparisons.
+#ifndef GLU1_MINB
+#define GLU1_MINB 4
+#endif
 
 // glu_pass: M activation rows against the gate and up rows of group g,
 // then the block's GLU_ROWS results through shared memory, so that each
@@ -702,7 +707,7 @@ MATVEC_GLU(matvec1_glu_q8_0, W_Q8_0, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_q8_a, W_Q8_A, 1, MV_BATCH)
 #define MATVEC1_GLU(name, T)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(32 * GLU1_WARPS, 4)                                               \
+    extern "C" __global__ void __launch_bounds__(32 * GLU1_WARPS, GLU1_MINB)                                       \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \
