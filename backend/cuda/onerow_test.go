@@ -46,9 +46,9 @@ func TestOneRowTwin(t *testing.T) {
 		{mv("q8_0", 2048, 128256, 8), "matvec1_q8_0", 4, 1056},
 		{mv("q4_0", 14336, 4096, 4), "matvec1_q4_0", 4, 1024}, // the 8B down product, 28 MiB
 		{mv3("bf16", 2048, 4096, 1024, 1024), "matvec13_bf16", 8, 528},
-		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 768},    // 6 MiB
-		{mv3("q4_0", 2048, 2048, 512, 512), "matvec13_q4_0", 4, 768},    // the 1B q, k and v: rowsPerBlock's 8 for short rows, but 4 fit
-		{mv3("q8_0", 2048, 256, 64, 64), "matvec13_q8_0", 1, 384},       // few rows keep rowsPerBlock's
+		{mv3("q4_0", 4096, 2048, 512, 512), "matvec13_q4_0", 4, 768}, // 6 MiB
+		{mv3("q4_0", 2048, 2048, 512, 512), "matvec13_q4_0", 4, 768}, // the 1B q, k and v: rowsPerBlock's 8 for short rows, but 4 fit
+		{mv3("q8_0", 2048, 256, 64, 64), "matvec13_q8_0", 1, 384},    // few rows keep rowsPerBlock's
 		// The 8B q, k and v (24 MiB): 1,536 groups of 4 rows overflow the
 		// grid's 1,056 blocks, 768 groups of 8 fit one round.
 		{mv3("q8_0", 4096, 4096, 1024, 1024), "matvec13_q8_0", 8, 768},
