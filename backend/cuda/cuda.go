@@ -67,8 +67,9 @@ type Backend struct {
 func kernelNames() []string {
 	names := []string{"rmsnorm", "rope", "store_kv", "attention", "attention_split", "attention_tiled_64", "attention_tiled_128", "add", "glu",
 		"gather", "softcap", "quantize_q8", "to_f16", "to_f16_q8", "add_bias", "rmsnorm_q8", "glu_q8", "rope_store", "repack_q8_0", "repack_q4_0", "repack_q8_a",
-		"draw", "nucleus_max", "nucleus_pass", "adjust", "logprob", "logprob_end", "mmq_q8_0", "mmq_q4_0", "attention_split_sync"}
-	cached := []string{"rope_store", "store_kv", "attention", "attention_split", "attention_tiled_64", "attention_tiled_128"}
+		"draw", "nucleus_max", "nucleus_pass", "adjust", "logprob", "logprob_end", "mmq_q8_0", "mmq_q4_0", "attention_split_sync",
+		"rmsnorm_q8_first", "rope_store_first"} // plan.go's triggerFirst
+	cached := []string{"rope_store", "rope_store_first", "store_kv", "attention", "attention_split", "attention_tiled_64", "attention_tiled_128"}
 	for _, k := range splitKernels {
 		names = append(names, k)
 		cached = append(cached, k)

@@ -26,7 +26,7 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 		// ") name(" follows __launch_bounds__(...).
 		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC3_LB(" + name + ",", "MATVEC_GLU(" + name + ",", "MATVEC1_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
 			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ",",
-			"ATTENTION_SPLIT_W(" + name + ",", "MATVEC1D(" + name + ",", "EMBED_NORM_Q8(" + name + ","}
+			"ATTENTION_SPLIT_W(" + name + ",", "MATVEC1D(" + name + ",", "EMBED_NORM_Q8(" + name + ",", "RMSNORM_Q8(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
@@ -426,7 +426,7 @@ func TestPlanRopeStore(t *testing.T) {
 		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v})
 		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: 4, NKV: 2, HeadDim: 16, Scale: 0.25})
 		b.p.Logits = att
-		pl, err := plan(b.p, planOptions{sms: 4})
+		pl, err := plan(b.p, planOptions{sms: 4, first: "0"}) // the _first twins: TestTriggerFirst
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -866,6 +866,63 @@ func TestAttentionSingleTile(t *testing.T) {
 		smem := 4 * (tiles*32*(2*64+4) + attSplitWHeads*64 + 2*attSplitWHeads*2*32 + attSplitWHeads*attSplitMax)
 		if c.args[len(c.args)-1] != i32(tiles-1) || c.shared != uint32(smem) {
 			t.Errorf("single %v: copies ahead %+v with %d bytes of shared memory, want %v and %d", single, c.args[len(c.args)-1], c.shared, tiles == 2, smem)
+		}
+	}
+}
+
+// TestTriggerFirst: the norms and rope_store take their _first twins
+// where every rope_store rotates heads of at most firstMaxHeadDim dims,
+// unless WEFT_CUDA_FIRST forces them on or off; other kernels keep their
+// names, and every twin is a kernel that kernelNames lists.
+func TestTriggerFirst(t *testing.T) {
+	rope := func(kernel string, hd int) call {
+		args := make([]arg, 15)
+		args[11] = i32(hd)
+		return call{kernel: kernel, args: args}
+	}
+	step := func(hd, hd2 int) *planned {
+		return &planned{calls: []call{{kernel: "rmsnorm_q8"}, {kernel: "matvec13_q4_0"}, rope("rope_store", hd),
+			{kernel: "attention_split_w2"}, {kernel: "rmsnorm_q8"}, rope("rope_store_h", hd2), {kernel: "embed_norm_q8_q4_0"}}}
+	}
+	on := []string{"rmsnorm_q8_first", "matvec13_q4_0", "rope_store_first", "attention_split_w2", "rmsnorm_q8_first",
+		"rope_store_first_h", "embed_norm_q8_q4_0"}
+	off := []string{"rmsnorm_q8", "matvec13_q4_0", "rope_store", "attention_split_w2", "rmsnorm_q8", "rope_store_h", "embed_norm_q8_q4_0"}
+	for _, tc := range []struct {
+		hd, hd2 int
+		mode    string
+		want    []string
+	}{
+		{64, 64, "", on}, {16, 64, "", on}, {128, 128, "", off}, {64, 128, "", off},
+		{128, 128, "1", on}, {64, 64, "0", off},
+	} {
+		pl := step(tc.hd, tc.hd2)
+		triggerFirst(pl, tc.mode)
+		var got []string
+		for _, c := range pl.calls {
+			got = append(got, c.kernel)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("heads of %d and %d dims, WEFT_CUDA_FIRST=%q: %v, want %v", tc.hd, tc.hd2, tc.mode, got, tc.want)
+		}
+	}
+	// No rope_store (a plan without attention): nothing to decide from.
+	pl := &planned{calls: []call{{kernel: "rmsnorm_q8"}}}
+	if triggerFirst(pl, ""); pl.calls[0].kernel != "rmsnorm_q8" {
+		t.Errorf("a plan without rope_store took %s", pl.calls[0].kernel)
+	}
+	for from, twin := range firstTwins {
+		if !slices.Contains(kernelNames(), twin) || !slices.Contains(kernelNames(), from) {
+			t.Errorf("%s → %s: not both in kernelNames", from, twin)
+		}
+	}
+	for _, tc := range []struct {
+		v   string
+		err bool
+	}{{"", false}, {"0", false}, {"1", false}, {"2", true}, {"yes", true}} {
+		t.Setenv("WEFT_CUDA_FIRST", tc.v)
+		err := envPlanOptions().check()
+		if (err != nil) != tc.err || err != nil && !strings.Contains(err.Error(), "WEFT_CUDA_FIRST") {
+			t.Errorf("WEFT_CUDA_FIRST=%q: %v", tc.v, err)
 		}
 	}
 }

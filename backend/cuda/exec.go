@@ -216,13 +216,17 @@ func envPlanOptions() planOptions {
 		noBreak: os.Getenv("WEFT_CUDA_BREAK") == "0", noGLU: os.Getenv("WEFT_CUDA_GLU") == "0",
 		oneRowMax: envInt("WEFT_CUDA_ONEROW_MAX"), normThreads: envInt("WEFT_CUDA_NORM_THREADS") / 32 * 32,
 		twinGrid: min(max(envInt("WEFT_CUDA_TWIN_GRID"), 0), 16), glu1Warps: envInt("WEFT_CUDA_GLU1_WARPS"), twinRPB: envInt("WEFT_CUDA_TWIN_RPB"), twin13RPB: envInt("WEFT_CUDA_TWIN13_RPB"),
-		noKGroup: os.Getenv("WEFT_CUDA_KGROUP") == "0", longRPB: envInt("WEFT_CUDA_LONG_RPB")}
+		noKGroup: os.Getenv("WEFT_CUDA_KGROUP") == "0", longRPB: envInt("WEFT_CUDA_LONG_RPB"),
+		first: os.Getenv("WEFT_CUDA_FIRST")}
 }
 
 // check reports settings from the environment that name no kernel.
 func (opt planOptions) check() error {
 	if g := opt.attnGroups; g != 0 && g != 1 && !slices.Contains(attGroupSizes, g) {
 		return fmt.Errorf("cuda: WEFT_CUDA_ATTN_GROUPS=%d: want 1 or one of %v", g, attGroupSizes)
+	}
+	if f := opt.first; f != "" && f != "0" && f != "1" {
+		return fmt.Errorf("cuda: WEFT_CUDA_FIRST=%q: want 0 or 1", f)
 	}
 	return nil
 }

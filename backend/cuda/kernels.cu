@@ -117,23 +117,13 @@ __device__ __forceinline__ void pdl(bool trigger, bool first = false) {
 #endif
 }
 
-// PDL_FIRST (a mask: 1 rope_store, 2 the norms that quantize, 4 the
-// decode attention): those kernels let the next launch start before they
-// wait (pdl's first), so that its blocks are placed, and issue their
-// early weight loads (MV_EARLY), while the kernel before the norm still
-// runs, rather than a placement's latency after the norm's wait. A
-// norm's block is placed while the product before it runs, so the
-// product after it (q/k/v, gate/up) now streams its first batch during
-// that product's tail. Same run on an H100 (tg128 drawn, two runs each,
-// against 0): 2: 8B Q4_0 485.4 / 485.5 against 476.7 / 477.1 (+1.8 %),
-// 1B Q4_0 2,012 / 2,014 against 1,935 / 1,936 (+4.0 %); 1: 8B 473.7 /
-// 473.4 (-0.7 %), 1B 1,964 / 1,964 (+1.5 %); 4: even on both. With the
-// norms' 2 (another run, against 2): 3: 8B 483.7 / 483.8 against 483.8
-// / 483.0, 1B 2,070.7 / 2,042.6 (± 47) against 2,033.5 / 2,034.1; 7: 8B
-// 482.7 / 482.6, 1B 2,073.6 / 2,075.0; 6: even on both.
-// WEFT_CUDA_DEFINES=PDL_FIRST=N sets another mask, for comparisons.
+// PDL_FIRST (a mask, for comparisons: 1 rope_store, 2 the norms that
+// quantize, 4 the decode attention): those kernels let the next launch
+// start before they wait (pdl's first). The plan takes the norms' and
+// rope_store's _first twins for models whose heads have at most 64 dims
+// (plan.go's triggerFirst, which has the measurements).
 #ifndef PDL_FIRST
-#define PDL_FIRST 3
+#define PDL_FIRST 0
 #endif
 
 // Kernel classes whose blocks do not trigger the next launch early, for
@@ -157,7 +147,7 @@ __device__ __forceinline__ void pdl(bool trigger, bool first = false) {
 #define PDL_GLU PDL_(TRIGGER_GLU)
 #define PDL_MV PDL_(TRIGGER_MV)
 #define PDL_ATTN PDL_FIRST_(!(WEFT_LATE_ALL || WEFT_LATE_ATTN), (PDL_FIRST & 4) != 0)
-#define PDL_AT(mask) PDL_FIRST_(!WEFT_LATE_ALL, (PDL_FIRST & (mask)) != 0)
+#define PDL_AT(mask, first) PDL_FIRST_(!WEFT_LATE_ALL, (first) || (PDL_FIRST & (mask)) != 0)
 #define TRIGGER_MV (!(WEFT_LATE_ALL || WEFT_LATE_MV))
 #define TRIGGER_GLU (!(WEFT_LATE_ALL || WEFT_LATE_GLU))
 
@@ -533,7 +523,7 @@ __device__ __forceinline__ void norm_q8_chunk(float4 x, float4 w, acc_t inv, int
 // token r's embedding row of tab, scaled, stored into a as it is read, so
 // that a decode step's embedding and first norm are one launch.
 #define NORM_HELD 2
-template <int T, bool EMB>
+template <int T, bool EMB, bool FIRST = false>
 __device__ __forceinline__ void norm_q8_row(float* out, float* a, const float* w, const int* meta, int which, int cols,
                                             float eps, signed char* qa, float2* ds, const u8* tab, long long rowBytes,
                                             long long dOff, const int* tokens, float scale) {
@@ -546,7 +536,7 @@ __device__ __forceinline__ void norm_q8_row(float* out, float* a, const float* w
         int c = threadIdx.x + t * nt;
         wv[t] = c < nc ? w4[c] : zero;
     }
-    PDL_AT(2);
+    PDL_AT(2, FIRST);
     int r = blockIdx.y;
     float4* x = (float4*)(a + (u64)r * cols);
     const u8* row = nullptr;
@@ -605,10 +595,15 @@ __device__ __forceinline__ void norm_q8_row(float* out, float* a, const float* w
     }
 }
 
-extern "C" __global__ void rmsnorm_q8(float* out, const float* a, const float* w, const int* meta, int which, int cols,
-                                      int group, float eps, signed char* qa, float2* ds) {
-    norm_q8_row<0, false>(out, (float*)a, w, meta, which, cols, eps, qa, ds, nullptr, 0, 0, nullptr, 1.f);
-}
+// rmsnorm_q8_first lets the next launch start before it waits (pdl's
+// first).
+#define RMSNORM_Q8(name, FIRST)                                                                                    \
+    extern "C" __global__ void name(float* out, const float* a, const float* w, const int* meta, int which, int cols, \
+                                    int group, float eps, signed char* qa, float2* ds) {                            \
+        norm_q8_row<0, false, FIRST>(out, (float*)a, w, meta, which, cols, eps, qa, ds, nullptr, 0, 0, nullptr, 1.f); \
+    }
+RMSNORM_Q8(rmsnorm_q8, false)
+RMSNORM_Q8(rmsnorm_q8_first, true)
 
 // embed_norm_q8_*: embed_* into x, then rmsnorm_q8 of x (plan: fuseEmbedNorm).
 #define EMBED_NORM_Q8(name, T)                                                                                     \
@@ -694,7 +689,7 @@ __device__ __forceinline__ void rope_pair_store(float* x, C* kd, int ia, int ib,
     }
 }
 
-template <typename C>
+template <typename C, bool FIRST>
 __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v, C* kc, C* vc, const freq_t* invfreq,
                                              const int* meta, const int* pos, const int* slots, int nq, int nkv,
                                              int hd, int half, int neox, int cap) {
@@ -703,7 +698,7 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
     freq_t p = (freq_t)pr;
     float s0 = 0.f, c0 = 1.f;
     if (t < half) rope_angle(p, invfreq[t], &s0, &c0);
-    PDL_AT(1);
+    PDL_AT(1, FIRST);
     if (r >= n) return;
     int kvdim = nkv * hd;
     bool isk = h >= nq;
@@ -737,14 +732,17 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
         }
 }
 
-#define ROPE_STORE(name, C)                                                                                   \
+#define ROPE_STORE(name, C, FIRST)                                                                            \
     extern "C" __global__ void name(float* q, float* k, const float* v, C* kc, C* vc, const freq_t* invfreq,    \
                                     const int* meta, const int* pos, const int* slots, int nq, int nkv, int hd, \
                                     int half, int neox, int cap) {                                              \
-        rope_store_t<C>(q, k, v, kc, vc, invfreq, meta, pos, slots, nq, nkv, hd, half, neox, cap);              \
+        rope_store_t<C, FIRST>(q, k, v, kc, vc, invfreq, meta, pos, slots, nq, nkv, hd, half, neox, cap);       \
     }
-ROPE_STORE(rope_store, float)
-ROPE_STORE(rope_store_h, u16)
+ROPE_STORE(rope_store, float, false)
+ROPE_STORE(rope_store_h, u16, false)
+// The _first twins let the next launch start before they wait.
+ROPE_STORE(rope_store_first, float, true)
+ROPE_STORE(rope_store_first_h, u16, true)
 
 // store_kv copies row r of k and v [rows, d] into the caches [slots, cap, d]
 // at (slot[r], pos[r] % cap). Grid (ceil(d/block), rows).

@@ -319,11 +319,12 @@ type planOptions struct {
 	// maxShared is the dynamic shared memory a block may opt in to (the
 	// device's; 0: maxStaticShared).
 	maxShared int
-	noBreak   bool // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
-	twinGrid  int  // blocks a multiprocessor for the one-row product twins (0: mvGridPerSM; WEFT_CUDA_TWIN_GRID, for comparisons)
-	glu1Warps int  // warps of a one-row GLU block (0: gluTwin chooses; WEFT_CUDA_GLU1_WARPS, for comparisons)
-	twinRPB   int  // rows a block of the quantized one-row product twins (1, 2, 4 or 8; else rowsPerBlock; WEFT_CUDA_TWIN_RPB, for comparisons)
-	twin13RPB int  // the same for the grouped twins (matvec13_*) alone (WEFT_CUDA_TWIN13_RPB)
+	noBreak   bool   // no breakChains (WEFT_CUDA_BREAK=0, for comparisons)
+	twinGrid  int    // blocks a multiprocessor for the one-row product twins (0: mvGridPerSM; WEFT_CUDA_TWIN_GRID, for comparisons)
+	glu1Warps int    // warps of a one-row GLU block (0: gluTwin chooses; WEFT_CUDA_GLU1_WARPS, for comparisons)
+	twinRPB   int    // rows a block of the quantized one-row product twins (1, 2, 4 or 8; else rowsPerBlock; WEFT_CUDA_TWIN_RPB, for comparisons)
+	twin13RPB int    // the same for the grouped twins (matvec13_*) alone (WEFT_CUDA_TWIN13_RPB)
+	first     string // "1" or "0": the norms' and rope_store's _first twins or not, whatever the heads (WEFT_CUDA_FIRST); "": triggerFirst's rule
 	// noGLU plans gate and up as one grouped product and the GLU as its
 	// own launch, not matvec_glu (WEFT_CUDA_GLU=0, for comparisons).
 	noGLU     bool
@@ -521,6 +522,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 	if !opt.noBreak {
 		breakChains(pl)
 	}
+	triggerFirst(pl, opt.first)
 	for _, c := range pl.calls {
 		if c.kernel != "" && !builtKernels[c.kernel] {
 			op := &p.Ops[c.op]
@@ -818,4 +820,55 @@ func opOutput(op *backend.Op) (backend.BufID, bool) {
 		return 0, false
 	}
 	return op.Out, true
+}
+
+// firstTwins are the kernels whose _first twins (kernels.cu) let the next
+// launch start before they wait for the one before them.
+var firstTwins = map[string]string{"rmsnorm_q8": "rmsnorm_q8_first", "rope_store": "rope_store_first", "rope_store_h": "rope_store_first_h"}
+
+// firstMaxHeadDim is the widest attention head for which triggerFirst
+// takes the _first twins.
+const firstMaxHeadDim = 64
+
+// triggerFirst gives the norms that quantize and rope_store their _first
+// twins where every rope_store of the plan rotates heads of at most
+// firstMaxHeadDim dims (mode "1" or "0", from WEFT_CUDA_FIRST, forces
+// the twins or not). A kernel let the next one start only once its own
+// dependency wait returned, so the product after a norm was placed, and
+// issued its early weight loads, a placement's latency after the product
+// before the norm had finished; the twins trigger first, and the next
+// kernel's own wait still waits for the whole grid, so only placement
+// moves. On an H100 (tg64 drawn from d positions, or tg128, two runs
+// each; WEFT_CUDA_DEFINES=PDL_FIRST=N: 2 the norms, 1 rope_store):
+// Llama-3.2-1B's shape (64-dim heads) Q4_0 tg128 2,012 / 2,014 with the
+// norms against 1,935 / 1,936 without, 2,073 with rope_store too
+// against 2,047; tg64 from 512 positions 1,833 against 1,737, from 2,048
+// 1,601 / 1,607 against 1,517. Llama-3-8B's (128-dim heads) Q4_0 gains
+// at the start (tg128 483.8 / 483.0 against 476.7 / 477.1; tg64 from 0
+// 502.2 against 490.6) but loses deeper: from 512 positions 429-431
+// against 442-444, from 2,048 337.5-337.8 against 363.6-363.9, the
+// norms' twins alone 335.2. Why the 128-dim heads lose at depth is not
+// known. Batches of several rows take the same twins (not measured).
+func triggerFirst(pl *planned, mode string) {
+	on := mode == "1"
+	if mode == "" {
+		rope := false
+		for _, c := range pl.calls {
+			if strings.HasPrefix(c.kernel, "rope_store") {
+				rope = true
+				if c.args[11].v > firstMaxHeadDim {
+					return
+				}
+			}
+		}
+		on = rope
+	}
+	if !on {
+		return
+	}
+	for i := range pl.calls {
+		if k, ok := firstTwins[pl.calls[i].kernel]; ok {
+			pl.calls[i].kernel = k
+		}
+	}
 }
