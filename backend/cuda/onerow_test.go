@@ -53,7 +53,7 @@ func TestOneRowTwin(t *testing.T) {
 		// grid's 1,056 blocks, 768 groups of 8 fit one round.
 		{mv3("q8_0", 4096, 4096, 1024, 1024), "matvec13_q8_0", 8, 768},
 		{mv3("q4_0", 4096, 4096, 1024, 1024), "matvec13_q4_0", 8, 768},
-		{mv3("q4_0", 8192, 8192, 1024, 1024), "matvec13_q4_0", 8, 1056}, // 2,560 groups of 8 still overflow: 8 at most
+		{mv3("q4_0", 8192, 8192, 1024, 1024), "matvec13_q4_0", 8, 1056}, // 1,280 groups of 8 still overflow: 8 at most
 		{mv3("q4_k", 4096, 4096, 1024, 1024), "matvec13_q4_k", 4, 1056}, // the K-quants keep rowsPerBlock
 		{glu("f16", 2048, 8192), "matvec1_glu_f16", -1, 0},
 		{glu("q8_0", 4096, 1536), "matvec1_glu_q8_0", -1, 0},   // 12 MiB of gate and up rows
