@@ -106,9 +106,10 @@ __device__ __forceinline__ float4 cld4(const u16* p, u64 i) {
 // launching in turn. Without the trigger the next kernel's blocks are
 // placed only as this kernel's blocks leave.
 //
-// With first set the kernel lets the next one launch before it waits
-// (PDL_FIRST, below): the next kernel's own wait still waits for this one
-// to finish, so this only moves where its blocks are placed.
+// With first set the kernel lets the next one launch before it waits (the
+// _first twins of the norms and rope_store, plan.go's triggerFirst): the
+// next kernel's own wait still waits for this one to finish, so this only
+// moves where its blocks are placed.
 __device__ __forceinline__ void pdl(bool trigger, bool first = false) {
 #if __CUDA_ARCH__ >= 900
     if (trigger && first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -116,15 +117,6 @@ __device__ __forceinline__ void pdl(bool trigger, bool first = false) {
     if (trigger && !first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-
-// PDL_FIRST (a mask, for comparisons: 1 rope_store, 2 the norms that
-// quantize, 4 the decode attention): those kernels let the next launch
-// start before they wait (pdl's first). The plan takes the norms' and
-// rope_store's _first twins for models whose heads have at most 64 dims
-// (plan.go's triggerFirst, which has the measurements).
-#ifndef PDL_FIRST
-#define PDL_FIRST 0
-#endif
 
 // Kernel classes whose blocks do not trigger the next launch early, for
 // comparisons (WEFT_CUDA_LATE=all,glu,mv,attn defines WEFT_LATE_*; nvrtc.go):
@@ -146,8 +138,8 @@ __device__ __forceinline__ void pdl(bool trigger, bool first = false) {
 #define PDL PDL_(!WEFT_LATE_ALL)
 #define PDL_GLU PDL_(TRIGGER_GLU)
 #define PDL_MV PDL_(TRIGGER_MV)
-#define PDL_ATTN PDL_FIRST_(!(WEFT_LATE_ALL || WEFT_LATE_ATTN), (PDL_FIRST & 4) != 0)
-#define PDL_AT(mask, first) PDL_FIRST_(!WEFT_LATE_ALL, (first) || (PDL_FIRST & (mask)) != 0)
+#define PDL_ATTN PDL_(!(WEFT_LATE_ALL || WEFT_LATE_ATTN))
+#define PDL_AT(first) PDL_FIRST_(!WEFT_LATE_ALL, first)
 #define TRIGGER_MV (!(WEFT_LATE_ALL || WEFT_LATE_MV))
 #define TRIGGER_GLU (!(WEFT_LATE_ALL || WEFT_LATE_GLU))
 
@@ -536,7 +528,7 @@ __device__ __forceinline__ void norm_q8_row(float* out, float* a, const float* w
         int c = threadIdx.x + t * nt;
         wv[t] = c < nc ? w4[c] : zero;
     }
-    PDL_AT(2, FIRST);
+    PDL_AT(FIRST);
     int r = blockIdx.y;
     float4* x = (float4*)(a + (u64)r * cols);
     const u8* row = nullptr;
@@ -698,7 +690,7 @@ __device__ __forceinline__ void rope_store_t(float* q, float* k, const float* v,
     freq_t p = (freq_t)pr;
     float s0 = 0.f, c0 = 1.f;
     if (t < half) rope_angle(p, invfreq[t], &s0, &c0);
-    PDL_AT(1, FIRST);
+    PDL_AT(FIRST);
     if (r >= n) return;
     int kvdim = nkv * hd;
     bool isk = h >= nq;

@@ -839,7 +839,7 @@ const firstMaxHeadDim = 64
 // before the norm had finished; the twins trigger first, and the next
 // kernel's own wait still waits for the whole grid, so only placement
 // moves. On an H100 (tg64 drawn from d positions, or tg128, two runs
-// each; WEFT_CUDA_DEFINES=PDL_FIRST=N: 2 the norms, 1 rope_store):
+// each; measured through a compile-time mask, 4e3349c's PDL_FIRST):
 // Llama-3.2-1B's shape (64-dim heads) Q4_0 tg128 2,012 / 2,014 with the
 // norms against 1,935 / 1,936 without, 2,073 with rope_store too
 // against 2,047; tg64 from 512 positions 1,833 against 1,737, from 2,048
