@@ -918,11 +918,83 @@ func TestTriggerFirst(t *testing.T) {
 	for _, tc := range []struct {
 		v   string
 		err bool
-	}{{"", false}, {"0", false}, {"1", false}, {"2", true}, {"yes", true}} {
+	}{{"", false}, {"0", false}, {"1", false}, {"attn,rope", false}, {"ffn", false}, {"2", true}, {"yes", true},
+		{"attn,", true}, {"attn,x", true}} {
 		t.Setenv("WEFT_CUDA_FIRST", tc.v)
 		err := envPlanOptions().check()
 		if (err != nil) != tc.err || err != nil && !strings.Contains(err.Error(), "WEFT_CUDA_FIRST") {
 			t.Errorf("WEFT_CUDA_FIRST=%q: %v", tc.v, err)
+		}
+	}
+}
+
+// TestFirstKinds: WEFT_CUDA_FIRST's lists give the _first twins to the
+// norms before q/k/v (attn), the norms before the GLU (ffn) and
+// rope_store (rope), over a planned layer. The layer's own norm before
+// q/k/v is fused with the embedding, so attn shows on the next layer's.
+func TestFirstKinds(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want []string
+	}{
+		{"0", []string{"rope_store", "rmsnorm_q8", "rmsnorm_q8"}},
+		{"1", []string{"rope_store_first", "rmsnorm_q8_first", "rmsnorm_q8_first"}},
+		{"attn", []string{"rope_store", "rmsnorm_q8", "rmsnorm_q8_first"}},
+		{"ffn", []string{"rope_store", "rmsnorm_q8_first", "rmsnorm_q8"}},
+		{"rope", []string{"rope_store_first", "rmsnorm_q8", "rmsnorm_q8"}},
+		{"attn,rope", []string{"rope_store_first", "rmsnorm_q8", "rmsnorm_q8_first"}},
+		// 16-dim heads take every twin by triggerFirst's rule.
+		{"", []string{"rope_store_first", "rmsnorm_q8_first", "rmsnorm_q8_first"}},
+	} {
+		pl, err := plan(ropeLayerProgram(t), planOptions{sms: 4, first: tc.mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range pl.calls {
+			if strings.HasPrefix(c.kernel, "rmsnorm_q8") || strings.HasPrefix(c.kernel, "rope_store") {
+				got = append(got, c.kernel)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("WEFT_CUDA_FIRST=%q: %v, want %v", tc.mode, got, tc.want)
+		}
+	}
+}
+
+// TestSameWeights: WEFT_CUDA_PROBE_SAMEW points each listed launch's
+// weight arguments at the first weight of that kernel, argument and
+// shape, and leaves the rest alone.
+func TestSameWeights(t *testing.T) {
+	weights := func(calls []call) (ids []int) {
+		for _, c := range calls {
+			for _, a := range c.args {
+				if a.kind == argWeight && a.id >= 0 {
+					ids = append(ids, a.id)
+				}
+			}
+		}
+		return ids
+	}
+	for _, which := range []string{"", "all", "matvec1_", "rmsnorm", "rope_store"} {
+		two, err := plan(twoLayerProgram(t), planOptions{sms: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := weights(two.calls)
+		sameWeights(two.calls, two.mats, which)
+		after := weights(two.calls)
+		changed := 0
+		for i := range before {
+			if before[i] != after[i] {
+				changed++
+				if m, n := two.mats[before[i]], two.mats[after[i]]; m.rows != n.rows || m.cols != n.cols || after[i] > before[i] {
+					t.Errorf("%q: weight %d (%dx%d) became %d (%dx%d)", which, before[i], m.rows, m.cols, after[i], n.rows, n.cols)
+				}
+			}
+		}
+		if want := which != "" && which != "rope_store"; (changed > 0) != want {
+			t.Errorf("%q: %d weight arguments changed", which, changed)
 		}
 	}
 }

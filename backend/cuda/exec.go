@@ -183,6 +183,43 @@ func omitCalls(calls []call, omit string) []call {
 	return slices.DeleteFunc(calls, func(c call) bool { return hasPrefixIn(c.kernel, omit) })
 }
 
+// sameWeights (WEFT_CUDA_PROBE_SAMEW, a measuring aid: the results are
+// then wrong) makes the launches whose kernel starts with one of the
+// comma-separated prefixes in which ("all": every launch) read, for each
+// weight argument, the first weight that the same kernel read at that
+// argument with the same shape: every layer then reads layer 0's
+// weights, which L2 can hold, and the step's time says what the products
+// would take if DRAM served them as fast as L2 does.
+func sameWeights(calls []call, mats []matInfo, which string) {
+	if which == "" {
+		return
+	}
+	type key struct {
+		kernel     string
+		at         int
+		rows, cols int
+	}
+	first := map[key]int{}
+	for i := range calls {
+		c := &calls[i]
+		if which != "all" && !hasPrefixIn(c.kernel, which) {
+			continue
+		}
+		for a := range c.args {
+			id := c.args[a].id
+			if c.args[a].kind != argWeight || id < 0 || id >= len(mats) {
+				continue
+			}
+			k := key{c.kernel, a, mats[id].rows, mats[id].cols}
+			if f, ok := first[k]; ok {
+				c.args[a].id = f
+			} else {
+				first[k] = id
+			}
+		}
+	}
+}
+
 // serialCalls marks the launches whose kernel name starts with one of the
 // comma-separated prefixes in serial (WEFT_CUDA_SERIAL) to launch without
 // programmatic dependent launch, as breakChains does, for comparisons.
@@ -225,8 +262,8 @@ func (opt planOptions) check() error {
 	if g := opt.attnGroups; g != 0 && g != 1 && !slices.Contains(attGroupSizes, g) {
 		return fmt.Errorf("cuda: WEFT_CUDA_ATTN_GROUPS=%d: want 1 or one of %v", g, attGroupSizes)
 	}
-	if f := opt.first; f != "" && f != "0" && f != "1" {
-		return fmt.Errorf("cuda: WEFT_CUDA_FIRST=%q: want 0 or 1", f)
+	if _, err := firstKinds(opt.first); err != nil {
+		return err
 	}
 	return nil
 }
@@ -250,6 +287,7 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 		return nil, err
 	}
 	pl.calls = omitCalls(pl.calls, os.Getenv("WEFT_CUDA_OMIT"))
+	sameWeights(pl.calls, pl.mats, os.Getenv("WEFT_CUDA_PROBE_SAMEW"))
 	serialCalls(pl.calls, os.Getenv("WEFT_CUDA_SERIAL"))
 	defer runtime.UnlockOSThread()
 	if err := b.current(); err != nil {

@@ -171,6 +171,47 @@ func layerProgram(t *testing.T, typ string, mutate func(b *progBuilder, ops []ba
 	return b.p
 }
 
+// ropeLayerProgram is a Q4_0 layer with its attention (norm, q/k/v,
+// rope and store, attention, o, norm, gate/up, GLU, down) and the next
+// layer's norm and q product.
+func ropeLayerProgram(t *testing.T) *backend.Program { return layersProgram(t, 1, true) }
+
+// twoLayerProgram is two such layers.
+func twoLayerProgram(t *testing.T) *backend.Program { return layersProgram(t, 2, false) }
+
+func layersProgram(t *testing.T, layers int, next bool) *backend.Program {
+	b := newProg(t, 1, 4, 2, 32, 64)
+	x, xn, q, k, v, att, o, g, u, d := b.buf(64), b.buf(64), b.buf(64), b.buf(32), b.buf(32), b.buf(64), b.buf(64), b.buf(96), b.buf(96), b.buf(64)
+	tab := b.rope(16, 10000)
+	const typ = "Q4_0"
+	b.op(backend.Op{Kind: backend.OpEmbed, Out: x, W: b.mat("F32", 64, 64, 1)})
+	for l := range layers {
+		b.cache(32, 32)
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(64, 1, 0.1), Eps: 1e-5, Group: 64, Layer: l})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: xn, W: b.mat(typ, 64, 64, 1), Bias: backend.NoWeight, Layer: l})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: xn, W: b.mat(typ, 32, 64, 1), Bias: backend.NoWeight, Layer: l})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: v, A: xn, W: b.mat(typ, 32, 64, 1), Bias: backend.NoWeight, Layer: l})
+		b.op(backend.Op{Kind: backend.OpRope, A: q, Table: tab, NHeads: 4, HeadDim: 16, RopeDim: 16, Layer: l})
+		b.op(backend.Op{Kind: backend.OpRope, A: k, Table: tab, NHeads: 2, HeadDim: 16, RopeDim: 16, Layer: l})
+		b.op(backend.Op{Kind: backend.OpStoreKV, A: k, B: v, Layer: l})
+		b.op(backend.Op{Kind: backend.OpAttention, Out: att, A: q, NHeads: 4, NKV: 2, HeadDim: 16, Scale: 0.25, Layer: l})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: o, A: att, W: b.mat(typ, 64, 64, 1), Bias: backend.NoWeight, Layer: l})
+		b.op(backend.Op{Kind: backend.OpAdd, Out: x, A: x, B: o, Layer: l})
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(64, 1, 0.1), Eps: 1e-5, Group: 64, Layer: l})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat(typ, 96, 64, 1), Bias: backend.NoWeight, Layer: l})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: u, A: xn, W: b.mat(typ, 96, 64, 1), Bias: backend.NoWeight, Layer: l})
+		b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU, Layer: l})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: d, A: g, W: b.mat(typ, 64, 96, 1), Bias: backend.NoWeight, Layer: l})
+		b.op(backend.Op{Kind: backend.OpAdd, Out: x, A: x, B: d, Layer: l})
+	}
+	if next {
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(64, 1, 0.1), Eps: 1e-5, Group: 64})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: q, A: xn, W: b.mat(typ, 64, 64, 1), Bias: backend.NoWeight})
+	}
+	b.p.Logits = d
+	return b.p
+}
+
 // TestPlanFusesLayerProducts checks the plan half of the fused launches:
 // which launches small and large batches run, the grouped launch's
 // weights and the GLU's int8 output feeding the down product.

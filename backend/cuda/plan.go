@@ -324,7 +324,7 @@ type planOptions struct {
 	glu1Warps int    // warps of a one-row GLU block (0: gluTwin chooses; WEFT_CUDA_GLU1_WARPS, for comparisons)
 	twinRPB   int    // rows a block of the quantized one-row product twins (1, 2, 4 or 8; else rowsPerBlock; WEFT_CUDA_TWIN_RPB, for comparisons)
 	twin13RPB int    // the same for the grouped twins (matvec13_*) alone (WEFT_CUDA_TWIN13_RPB)
-	first     string // "1" or "0": the norms' and rope_store's _first twins or not, whatever the heads (WEFT_CUDA_FIRST); "": triggerFirst's rule
+	first     string // the norms' and rope_store's _first twins whatever the heads (WEFT_CUDA_FIRST: 1, 0 or a list of kinds, firstKinds); "": triggerFirst's rule
 	// noGLU plans gate and up as one grouped product and the GLU as its
 	// own launch, not matvec_glu (WEFT_CUDA_GLU=0, for comparisons).
 	noGLU     bool
@@ -847,10 +847,16 @@ const firstMaxHeadDim = 64
 // at the start (tg128 483.8 / 483.0 against 476.7 / 477.1; tg64 from 0
 // 502.2 against 490.6) but loses deeper: from 512 positions 429-431
 // against 442-444, from 2,048 337.5-337.8 against 363.6-363.9, the
-// norms' twins alone 335.2. Why the 128-dim heads lose at depth is not
-// known. Batches of several rows take the same twins (not measured).
+// norms' twins alone 335.2. By kind (WEFT_CUDA_FIRST=attn, ffn, rope;
+// tg64 drawn from d positions against none): on the 8B shape the norm
+// before q/k/v is what loses deeper (+0.2 % from 0, +0.8 % from 128, -0.8
+// % from 256 and 384, -2.4 % from 512, -8 % from 2,048, worse still with
+// the deep attention), the norm before the GLU is even everywhere and
+// rope_store alone -0.6 % to +0.3 %; no kind gains at every depth, so the
+// 128-dim heads keep none. Batches of several rows take the same twins
+// (not measured).
 func triggerFirst(pl *planned, mode string) {
-	on := mode == "1"
+	kinds, _ := firstKinds(mode)
 	if mode == "" {
 		rope := false
 		for _, c := range pl.calls {
@@ -861,14 +867,62 @@ func triggerFirst(pl *planned, mode string) {
 				}
 			}
 		}
-		on = rope
-	}
-	if !on {
-		return
+		if !rope {
+			return
+		}
+		kinds = firstAll
 	}
 	for i := range pl.calls {
-		if k, ok := firstTwins[pl.calls[i].kernel]; ok {
+		k, ok := firstTwins[pl.calls[i].kernel]
+		if ok && kinds&firstKind(pl.calls, i) != 0 {
 			pl.calls[i].kernel = k
 		}
 	}
+}
+
+// The launches that triggerFirst may give their _first twins, as a mask.
+const (
+	firstAttn = 1 << iota // a norm whose products are not a GLU's (q/k/v)
+	firstFFN              // a norm before a GLU
+	firstRope             // rope_store
+	firstAll  = firstAttn | firstFFN | firstRope
+)
+
+// firstKinds parses WEFT_CUDA_FIRST: "1" (every kind), "0" (none) or a
+// comma-separated list of attn, ffn and rope.
+func firstKinds(mode string) (int, error) {
+	switch mode {
+	case "", "0":
+		return 0, nil
+	case "1":
+		return firstAll, nil
+	}
+	m := 0
+	for k := range strings.SplitSeq(mode, ",") {
+		switch k {
+		case "attn":
+			m |= firstAttn
+		case "ffn":
+			m |= firstFFN
+		case "rope":
+			m |= firstRope
+		default:
+			return 0, fmt.Errorf("cuda: WEFT_CUDA_FIRST=%q: want 0, 1 or a list of attn, ffn and rope", mode)
+		}
+	}
+	return m, nil
+}
+
+// firstKind is the kind of calls[i], a norm or rope_store: a norm is
+// firstFFN when a GLU kernel is among the products right after it.
+func firstKind(calls []call, i int) int {
+	if strings.HasPrefix(calls[i].kernel, "rope_store") {
+		return firstRope
+	}
+	for j := i + 1; j < len(calls) && strings.HasPrefix(calls[j].kernel, "matvec"); j++ {
+		if strings.Contains(calls[j].kernel, "_glu_") {
+			return firstFFN
+		}
+	}
+	return firstAttn
 }
