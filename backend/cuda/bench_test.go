@@ -521,6 +521,15 @@ func TestTraceDecode(t *testing.T) {
 	var b strings.Builder
 	writeTrace(&b, ls)
 	t.Logf("%s at position %d, %d blocks:\n%s", filepath.Base(path), steps, len(recs), b.String())
+	if dump := os.Getenv("WEFT_TRACE_DUMP"); dump != "" {
+		var d strings.Builder
+		if err := dumpTrace(&d, recs, names); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dump, []byte(d.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ph, err := gpu.tracePhase()
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,10 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -235,6 +237,40 @@ func summarizeTrace(recs []traceRecord, names []string) ([]traceLaunch, error) {
 		out[i].kernel = names[i]
 	}
 	return out, nil
+}
+
+// dumpTrace writes every block's record as a line "launch kernel sm
+// placed released end" (ns from the trace's first start; launches
+// numbered in summarizeTrace's order), for analyses the summary does not
+// make (which multiprocessors end a launch late, say).
+func dumpTrace(w io.Writer, recs []traceRecord, names []string) error {
+	if len(recs) == 0 {
+		return fmt.Errorf("no blocks traced")
+	}
+	t0 := recs[0].start
+	first := map[uint64]uint64{}
+	for _, r := range recs {
+		t0 = min(t0, r.start)
+		if f, ok := first[r.grid]; !ok || r.start < f {
+			first[r.grid] = r.start
+		}
+	}
+	if len(first) != len(names) {
+		return fmt.Errorf("%d launches traced, %d in the captured graph", len(first), len(names))
+	}
+	grids := slices.Collect(maps.Keys(first))
+	slices.SortFunc(grids, func(a, b uint64) int { return cmp.Compare(first[a], first[b]) })
+	index := map[uint64]int{}
+	for i, g := range grids {
+		index[g] = i
+	}
+	for _, r := range recs {
+		i := index[r.grid]
+		if _, err := fmt.Fprintf(w, "%d %s %d %d %d %d\n", i, names[i], r.sm, r.start-t0, r.released-t0, r.end-t0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeTrace prints one line a launch (µs from the trace's start: when

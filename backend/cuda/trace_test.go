@@ -35,6 +35,19 @@ func TestSummarizeTrace(t *testing.T) {
 			t.Errorf("launch %d: %+v, want %+v", i, ls[i], want[i])
 		}
 	}
+	// dumpTrace: a line a block, launches numbered as summarizeTrace
+	// orders them, times from the first start.
+	var d strings.Builder
+	if err := dumpTrace(&d, recs, []string{"rmsnorm_q8", "matvec_q4_0"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "1 matvec_q4_0 0 500 3000 5000\n0 rmsnorm_q8 1 0 200 2900\n0 rmsnorm_q8 1 100 300 2000\n" +
+		"1 matvec_q4_0 2 600 3100 4000\n0 rmsnorm_q8 2 50 250 2500\n"; d.String() != want {
+		t.Errorf("dump:\n%s\nwant:\n%s", d.String(), want)
+	}
+	if err := dumpTrace(&d, recs, []string{"one"}); err == nil {
+		t.Error("dump with one name for two launches: no error")
+	}
 	var b strings.Builder
 	writeTrace(&b, ls)
 	// The "fewer" column: 2.50 µs for the norm, none for the product.
