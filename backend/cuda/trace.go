@@ -191,26 +191,14 @@ type traceLaunch struct {
 // has started) and names them by names, which must have as many entries
 // as there are launches.
 func summarizeTrace(recs []traceRecord, names []string) ([]traceLaunch, error) {
-	if len(recs) == 0 {
-		return nil, fmt.Errorf("no blocks traced")
+	t0, byGrid, grids, err := launchesOf(recs, names)
+	if err != nil {
+		return nil, err
 	}
-	t0 := recs[0].start
-	for _, r := range recs {
-		t0 = min(t0, r.start)
-	}
-	byGrid := map[uint64][]traceRecord{}
-	for _, r := range recs {
-		if r.end < r.released || r.released < r.start {
-			return nil, fmt.Errorf("block of launch %d on multiprocessor %d: times %d, %d, %d out of order", r.grid, r.sm, r.start, r.released, r.end)
-		}
-		byGrid[r.grid] = append(byGrid[r.grid], r)
-	}
-	if len(byGrid) != len(names) {
-		return nil, fmt.Errorf("%d launches traced, %d in the captured graph", len(byGrid), len(names))
-	}
-	var out []traceLaunch
-	for _, rs := range byGrid {
-		l := traceLaunch{blocks: len(rs), placed: int64(rs[0].start - t0), released: int64(rs[0].released - t0),
+	out := make([]traceLaunch, 0, len(grids))
+	for i, g := range grids {
+		rs := byGrid[g]
+		l := traceLaunch{kernel: names[i], blocks: len(rs), placed: int64(rs[0].start - t0), released: int64(rs[0].released - t0),
 			first: int64(rs[0].end - t0), done: int64(rs[0].end - t0)}
 		perSM := map[int]int{}
 		for _, r := range rs {
@@ -232,11 +220,35 @@ func summarizeTrace(recs []traceRecord, names []string) ([]traceLaunch, error) {
 		}
 		out = append(out, l)
 	}
-	slices.SortFunc(out, func(a, b traceLaunch) int { return int(a.placed - b.placed) })
-	for i := range out {
-		out[i].kernel = names[i]
-	}
 	return out, nil
+}
+
+// launchesOf checks the records and groups them by launch: the trace's
+// first start, each launch's records, and the launches in the order of
+// their first block's start, one for each of names.
+func launchesOf(recs []traceRecord, names []string) (t0 uint64, byGrid map[uint64][]traceRecord, grids []uint64, err error) {
+	if len(recs) == 0 {
+		return 0, nil, nil, fmt.Errorf("no blocks traced")
+	}
+	t0 = recs[0].start
+	byGrid = map[uint64][]traceRecord{}
+	placed := map[uint64]uint64{}
+	for _, r := range recs {
+		if r.end < r.released || r.released < r.start {
+			return 0, nil, nil, fmt.Errorf("block of launch %d on multiprocessor %d: times %d, %d, %d out of order", r.grid, r.sm, r.start, r.released, r.end)
+		}
+		t0 = min(t0, r.start)
+		if p, ok := placed[r.grid]; !ok || r.start < p {
+			placed[r.grid] = r.start
+		}
+		byGrid[r.grid] = append(byGrid[r.grid], r)
+	}
+	if len(byGrid) != len(names) {
+		return 0, nil, nil, fmt.Errorf("%d launches traced, %d in the captured graph", len(byGrid), len(names))
+	}
+	grids = slices.Collect(maps.Keys(byGrid))
+	slices.SortFunc(grids, func(a, b uint64) int { return cmp.Compare(placed[a], placed[b]) })
+	return t0, byGrid, grids, nil
 }
 
 // dumpTrace writes every block's record as a line "launch kernel sm
@@ -244,22 +256,10 @@ func summarizeTrace(recs []traceRecord, names []string) ([]traceLaunch, error) {
 // numbered in summarizeTrace's order), for analyses the summary does not
 // make (which multiprocessors end a launch late, say).
 func dumpTrace(w io.Writer, recs []traceRecord, names []string) error {
-	if len(recs) == 0 {
-		return fmt.Errorf("no blocks traced")
+	t0, _, grids, err := launchesOf(recs, names)
+	if err != nil {
+		return err
 	}
-	t0 := recs[0].start
-	first := map[uint64]uint64{}
-	for _, r := range recs {
-		t0 = min(t0, r.start)
-		if f, ok := first[r.grid]; !ok || r.start < f {
-			first[r.grid] = r.start
-		}
-	}
-	if len(first) != len(names) {
-		return fmt.Errorf("%d launches traced, %d in the captured graph", len(first), len(names))
-	}
-	grids := slices.Collect(maps.Keys(first))
-	slices.SortFunc(grids, func(a, b uint64) int { return cmp.Compare(first[a], first[b]) })
 	index := map[uint64]int{}
 	for i, g := range grids {
 		index[g] = i
