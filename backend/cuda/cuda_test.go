@@ -672,7 +672,7 @@ func TestGeometryMatchesSource(t *testing.T) {
 	for name, want := range map[string]int{
 		"MV_WARPS": mvWarps, "GLU_ROWS": gluRows, "GLU_WARPS": gluWarps, "GLU1_WARPS": gluTwinMaxWarps, "MVR": smallRows, "MAXD": maxHeadDim,
 		"AT_ROWS": attTileRows, "AT_KT": attTileKeys, "AT_WARPS": attTileWarps, "AS_WARPS": attSplitWarps,
-		"AS_MAXS": attSplitMax, "MQ_W": mmqWeightRows, "DRAW_THREADS": drawThreads, "AW_HEADS": attSplitWHeads,
+		"AS_MAXS": attSplitMax, "MQ_W": mmqWeightRows, "DRAW_THREADS": drawThreads, "AW_HEADS": attSplitWHeads, "NORM_HELD": normHeld,
 	} {
 		if got, ok := defines[name]; !ok || got != want {
 			t.Errorf("kernel source defines %s = %d (found %v), the plan uses %d", name, got, ok, want)

@@ -440,6 +440,16 @@ func TestNormThreads(t *testing.T) {
 			t.Fatal("no norm planned")
 		}
 	}
+	// rmsnorm_q8: a thread a chunk up to 512 threads, then two chunks a
+	// thread.
+	for _, tc := range []struct{ cols, force, want int }{
+		{256, 0, 64}, {2048, 0, 512}, {3072, 0, 512}, {4096, 0, 512}, {5120, 0, 640}, {8192, 0, 1024}, {16384, 0, 1024},
+		{4096, 1024, 1024}, {4096, 128, 128}, {2048, 256, 256},
+	} {
+		if got := normQ8Threads(tc.cols, tc.force); got != uint32(tc.want) {
+			t.Errorf("%d columns, normThreads %d: rmsnorm_q8 blocks of %d threads, want %d", tc.cols, tc.force, got, tc.want)
+		}
+	}
 	// rmsnorm_q8k: a thread 8 elements, so 2048 columns take 256 threads.
 	for _, tc := range []struct{ cols, force, want int }{{2048, 0, 256}, {256, 0, 32}, {4096, 0, 512}, {2048, 128, 128}} {
 		b := newProg(t, 1, 4, 1, 32, 64)

@@ -214,6 +214,32 @@ func cacheKernel(name string, c backend.Cache) string {
 	return name
 }
 
+// normQ8Threads is rmsnorm_q8's block for rows of cols columns: a thread
+// a 16-byte chunk up to normQ8Floor threads, past that normHeld chunks a
+// thread (the chunks kernels.cu's NORM_HELD keeps in registers) but never
+// fewer than normQ8Floor, rounded up to a warp and at most maxNormThreads;
+// force (WEFT_CUDA_NORM_THREADS, for comparisons) replaces the rule by a
+// thread a chunk up to force threads, as before the rule. H100, tg128 drawn, two
+// rounds (.device/s41, forced): Llama-3-8B's shape (1,024 chunks) Q4_0
+// 478.4 / 478.6 at 512 threads against 476.4 / 476.9 at 1,024, 461.1 at
+// 256; Llama-3.2-1B's (512 chunks) 2,060 / 2,059 at 256 against 2,067 /
+// 2,071 at 512, -12 % at 128.
+func normQ8Threads(cols, force int) uint32 {
+	chunks := cols / 4
+	t := chunks
+	if force > 0 {
+		t = min(t, force)
+	} else if t > normQ8Floor {
+		t = max(normQ8Floor, (chunks+normHeld-1)/normHeld)
+	}
+	return uint32(min(maxNormThreads, 1024, (t+31)/32*32))
+}
+
+const (
+	normHeld    = 2   // kernels.cu NORM_HELD
+	normQ8Floor = 512 // the fewest threads of a long row's rmsnorm_q8 block
+)
+
 // describe checks a program weight and says how it is stored (for the
 // exact contract when exact is set: describeConverted).
 func describe(w *backend.Weight, exact bool) (matInfo, error) {
@@ -664,8 +690,8 @@ func planOp(p *backend.Program, pl *planned, st *planState, op *backend.Op, opt 
 			calls := fusedQ8(st, c, "rmsnorm_q8", op.Group)
 			for i := range calls {
 				switch calls[i].kernel {
-				case "rmsnorm_q8": // a thread a 16-byte chunk
-					calls[i].block = uint32(min(cmp.Or(opt.normThreads, maxNormThreads), 1024, (op.Group/4+31)/32*32))
+				case "rmsnorm_q8":
+					calls[i].block = normQ8Threads(op.Group, opt.normThreads)
 				case "rmsnorm_q8k": // a thread 8 elements, a warp a super-block
 					calls[i].block = uint32(min(cmp.Or(opt.normThreads, maxNormThreads), 1024, (op.Group/8+31)/32*32))
 				}
