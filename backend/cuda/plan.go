@@ -217,13 +217,14 @@ func cacheKernel(name string, c backend.Cache) string {
 // normQ8Threads is rmsnorm_q8's block for rows of cols columns: a thread
 // a 16-byte chunk up to normQ8Floor threads, past that normHeld chunks a
 // thread (the chunks kernels.cu's NORM_HELD keeps in registers) but never
-// fewer than normQ8Floor, rounded up to a warp and at most maxNormThreads;
+// fewer than normQ8Floor, rounded up to a warp and at most maxNormThreads.
 // force (WEFT_CUDA_NORM_THREADS, for comparisons) replaces the rule by a
-// thread a chunk up to force threads, as before the rule. H100, tg128 drawn, two
-// rounds (.device/s41, forced): Llama-3-8B's shape (1,024 chunks) Q4_0
-// 478.4 / 478.6 at 512 threads against 476.4 / 476.9 at 1,024, 461.1 at
-// 256; Llama-3.2-1B's (512 chunks) 2,060 / 2,059 at 256 against 2,067 /
-// 2,071 at 512, -12 % at 128.
+// thread a chunk up to force threads, as before the rule. H100, tg128
+// drawn, two rounds: Llama-3-8B's shape (1,024 chunks) Q4_0 478.0 / 478.7
+// by the rule (512 threads) against 476.7 / 477.0 forced to 1,024, Q8_0
+// 306.3 / 306.4 against 305.7 / 305.7 (.device/s42); forced to 256, -3.3
+// %; Llama-3.2-1B's (512 chunks) 2,060 / 2,059 forced to 256 against
+// 2,067 / 2,071 at 512, -12 % at 128 (.device/s41).
 func normQ8Threads(cols, force int) uint32 {
 	chunks := cols / 4
 	t := chunks
@@ -232,7 +233,7 @@ func normQ8Threads(cols, force int) uint32 {
 	} else if t > normQ8Floor {
 		t = max(normQ8Floor, (chunks+normHeld-1)/normHeld)
 	}
-	return uint32(min(maxNormThreads, 1024, (t+31)/32*32))
+	return uint32(min(maxNormThreads, (t+31)/32*32))
 }
 
 const (
