@@ -138,7 +138,8 @@ func BenchmarkPrefill(b *testing.B) {
 // $WEFT_BENCH_CONFIGS (name=path, comma-separated) at Q4_0, Q8_0 and
 // BF16 (or the types in $WEFT_BENCH_TYPES), as name-TYPE.gguf, all at
 // once (one goroutine a file). With WEFT_BENCH_FAST=1 the models get
-// random quants (Q8_0, Q4_0, Q5_0, IQ4_NL) or random BF16 values instead
+// random quants (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K)
+// or random BF16 values instead
 // of quantized normal values (fastSynth: seconds instead of minutes for an
 // 8B shape).
 func TestSynthBenchModels(t *testing.T) {
@@ -200,16 +201,16 @@ func TestSynthBenchModels(t *testing.T) {
 }
 
 // fastSynth writes what synth.Write does for a dense architecture whose
-// matrices all take typ (Q8_0, Q4_0, Q5_0 or IQ4_NL, with uniformly random
-// quants and block scales that give the weights synth's standard
-// deviation, 0.02; or BF16, with random signs and mantissas of magnitudes
-// in [2^-7, 2^-5)):
+// matrices all take typ (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 or the
+// K-quants Q4_K, Q5_K and Q6_K, with uniformly random quants and block
+// scales that give the weights synth's standard deviation, 0.02; or BF16,
+// with random signs and mantissas of magnitudes in [2^-7, 2^-5)):
 // products and attention cost what they cost on any weights, and the
 // file is written at the speed of the disk.
 func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type, name string) error {
 	qstd, ok := fastSynthLevels[typ]
 	if !ok {
-		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 or BF16", typ)
+		return fmt.Errorf("fastSynth: type %s, want Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K or BF16", typ)
 	}
 	if d.QKVBias || len(d.Required) == 0 {
 		return fmt.Errorf("fastSynth: architecture %s has biases or no layers", d.Name)
@@ -275,9 +276,11 @@ func fastSynth(w io.Writer, c weights.Config, d *arch.Descriptor, typ ggml.Type,
 // fastSynthLevels are the types fastSynth writes, with the root mean
 // square of their random levels: uniform over [-128, 127], [-8, 7] and
 // [-16, 15], or over IQ4_NL's 16 levels (1 for BF16, whose values are
-// random).
+// random); for the K-quants, the levels times the fixed sub-block scale
+// fastFillK writes (32 for Q4_K and Q5_K, 16 for Q6_K's uniform [-32,
+// 31]).
 var fastSynthLevels = map[ggml.Type]float64{ggml.Q8_0: 73.9, ggml.Q4_0: 4.61, ggml.Q5_0: 9.23, ggml.IQ4_NL: 67.4, ggml.BF16: 1,
-	ggml.Q4_1: 4.61, ggml.Q5_1: 9.23}
+	ggml.Q4_1: 4.61, ggml.Q5_1: 9.23, ggml.Q4_K: 32 * 4.61, ggml.Q5_K: 32 * 9.23, ggml.Q6_K: 16 * 18.47}
 
 // fastSynthMean is the mean level of the affine types, whose minimum m is
 // set to −mean·d so that the weights are centred.
@@ -316,6 +319,9 @@ func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) err
 		}
 		return nil
 	}
+	if kquantFast[t] {
+		return fastFillK(w, t, n, scale, rng)
+	}
 	bb, err := t.RowBytes(32)
 	if err != nil {
 		return err
@@ -338,6 +344,70 @@ func fastFill(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) err
 				var r [8]byte
 				binary.LittleEndian.PutUint64(r[:], rng.Uint64())
 				copy(blk[i:], r[:])
+			}
+		}
+		if _, err := w.Write(buf[:nb*blockBytes]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kquantFast are the K-quant types fastFillK writes.
+var kquantFast = map[ggml.Type]bool{ggml.Q4_K: true, ggml.Q5_K: true, ggml.Q6_K: true}
+
+// fastFillK writes n values of K-quant type t as super-blocks of 256 with
+// random quants and one fixed header: every sub-block scale 32 (Q6_K:
+// 16), every Q4_K/Q5_K sub-block minimum 32 with dmin = mean·d, so that
+// the weights are centred (w = 32·d·(q − mean)), and d = scale.
+func fastFillK(w io.Writer, t ggml.Type, n int, scale uint16, rng *rand.Rand) error {
+	bb, err := t.RowBytes(256)
+	if err != nil {
+		return err
+	}
+	blockBytes := int(bb)
+	// proto is a super-block's fixed bytes; rnd the ranges of quants.
+	proto := make([]byte, blockBytes)
+	var rnd [][2]int
+	switch t {
+	case ggml.Q4_K, ggml.Q5_K:
+		mean := float32(7.5)
+		if t == ggml.Q5_K {
+			mean = 15.5
+		}
+		binary.LittleEndian.PutUint16(proto, scale)
+		binary.LittleEndian.PutUint16(proto[2:], quant.F32ToF16(mean*quant.F16ToF32(scale)))
+		// scales[12]: 6-bit scale and minimum 32 (0b100000) for each of
+		// the 8 sub-blocks. Sub-blocks 0-3 keep theirs in the low 6 bits
+		// of bytes 0-3 (scale) and 4-7 (min); 4-7 keep their low 4 bits
+		// in bytes 8-11 (0 here) and their top 2 bits (0b10) in the top
+		// bits of bytes 0-7.
+		for j := range 8 {
+			proto[4+j] = 0xA0
+		}
+		rnd = [][2]int{{16, blockBytes}}
+	case ggml.Q6_K:
+		for j := range 16 {
+			proto[192+j] = 16
+		}
+		binary.LittleEndian.PutUint16(proto[208:], scale)
+		rnd = [][2]int{{0, 192}}
+	default:
+		return fmt.Errorf("fastFillK: type %s", t)
+	}
+	const perWrite = 1 << 12
+	buf := make([]byte, perWrite*blockBytes)
+	for done := 0; done < n/256; done += perWrite {
+		nb := min(perWrite, n/256-done)
+		for b := range nb {
+			blk := buf[b*blockBytes : (b+1)*blockBytes]
+			copy(blk, proto)
+			for _, r := range rnd {
+				for i := r[0]; i < r[1]; i += 8 {
+					var v [8]byte
+					binary.LittleEndian.PutUint64(v[:], rng.Uint64())
+					copy(blk[i:r[1]], v[:])
+				}
 			}
 		}
 		if _, err := w.Write(buf[:nb*blockBytes]); err != nil {
@@ -590,8 +660,15 @@ func decodeSteps(t *testing.T, gpu *Backend, path string, steps int, before func
 func TestFastSynth(t *testing.T) {
 	c := weights.Config{Architecture: "llama", NLayers: 2, Dim: 64, NHeads: 4, NKVHeads: 2, HeadDim: 16,
 		FFNDim: 128, VocabSize: 300, ContextLength: 64, NormEps: 1e-5, RopeTheta: 10000, RopeDim: 16}
+	// The K-quants' rows are whole super-blocks of 256.
+	ck := c
+	ck.Dim, ck.NHeads, ck.NKVHeads, ck.HeadDim, ck.RopeDim, ck.FFNDim = 256, 8, 4, 32, 32, 512
 	d, _ := arch.Lookup("llama")
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.IQ4_NL, ggml.BF16} {
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.IQ4_NL, ggml.BF16, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K} {
+		c := c
+		if kquantFast[typ] {
+			c = ck
+		}
 		path := filepath.Join(t.TempDir(), "m.gguf")
 		f, err := os.Create(path)
 		if err != nil {
@@ -606,6 +683,28 @@ func TestFastSynth(t *testing.T) {
 		w, err := weights.Open(path, weights.Options{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The weights are about centred (Q4_0's levels average -0.5)
+		// with synth's standard deviation, 0.02 (BF16's random
+		// magnitudes aim at it only roughly).
+		if typ != ggml.BF16 {
+			data, err := w.Data(arch.Layer(arch.FFNGate, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := make([]float32, c.FFNDim*c.Dim)
+			if err := quant.Dequantize(typ, data.Bytes, v); err != nil {
+				t.Fatal(err)
+			}
+			var sum, sq float64
+			for _, x := range v {
+				sum += float64(x)
+				sq += float64(x) * float64(x)
+			}
+			mean := sum / float64(len(v))
+			if std := math.Sqrt(sq/float64(len(v)) - mean*mean); math.Abs(mean) > 3e-3 || math.Abs(std-0.02) > 2e-3 {
+				t.Errorf("%s: gate weights mean %.2g, standard deviation %.3g; want 0 and 0.02", typ, mean, std)
+			}
 		}
 		m, err := engine.Load(w, cpu.New(1), engine.Options{Context: 16})
 		if err != nil {
@@ -633,7 +732,7 @@ func TestFastSynth(t *testing.T) {
 		m.Close()
 		w.Close()
 	}
-	if err := fastSynth(io.Discard, c, d, ggml.Q6_K, "tiny"); err == nil {
-		t.Error("fastSynth wrote Q6_K")
+	if err := fastSynth(io.Discard, ck, d, ggml.Q3_K, "tiny"); err == nil {
+		t.Error("fastSynth wrote Q3_K")
 	}
 }
