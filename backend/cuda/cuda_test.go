@@ -26,7 +26,8 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 		// ") name(" follows __launch_bounds__(...).
 		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC3_LB(" + name + ",", "MATVEC_GLU(" + name + ",", "MATVEC1_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
 			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ",",
-			"ATTENTION_SPLIT_W(" + name + ",", "MATVEC1D(" + name + ",", "EMBED_NORM_Q8(" + name + ",", "RMSNORM_Q8(" + name + ","}
+			"ATTENTION_SPLIT_W(" + name + ",", "MATVEC1D(" + name + ",", "EMBED_NORM_Q8(" + name + ",", "RMSNORM_Q8(" + name + ",",
+			"RMSNORM_Q8K(" + name + ",", "GLU_Q8K(" + name + ",", "QUANTIZE_Q8K(" + name + ","}
 		if !slices.ContainsFunc(defs, func(d string) bool { return strings.Contains(kernelSource, d) }) {
 			t.Errorf("kernels.cu defines no kernel %s", name)
 		}
@@ -905,10 +906,48 @@ func TestTriggerFirst(t *testing.T) {
 			t.Errorf("heads of %d and %d dims, WEFT_CUDA_FIRST=%q: %v, want %v", tc.hd, tc.hd2, tc.mode, got, tc.want)
 		}
 	}
-	// No rope_store (a plan without attention): nothing to decide from.
-	pl := &planned{calls: []call{{kernel: "rmsnorm_q8"}}}
-	if triggerFirst(pl, ""); pl.calls[0].kernel != "rmsnorm_q8" {
-		t.Errorf("a plan without rope_store took %s", pl.calls[0].kernel)
+	// A K-quant layer: quantize_q8k (after the attention) and glu_q8k
+	// take their twins whatever the heads, the norms and rope_store only
+	// when asked.
+	kstep := func(hd int) *planned {
+		return &planned{calls: []call{{kernel: "rmsnorm_q8k"}, {kernel: "matvec13_q4_k"}, rope("rope_store", hd),
+			{kernel: "attention_split_w2"}, {kernel: "quantize_q8k"}, {kernel: "matvec1_q4_k"}, {kernel: "rmsnorm_q8k"},
+			{kernel: "matvec13_q4_k"}, {kernel: "glu_q8k"}, {kernel: "matvec1_q6_k"}}}
+	}
+	kname := func(first bool, name string) string {
+		if first {
+			return name + "_first"
+		}
+		return name
+	}
+	for _, tc := range []struct {
+		hd                          int
+		mode                        string
+		attn, rope, quant, ffn, glu bool
+	}{
+		{64, "", false, false, true, false, true}, {128, "", false, false, true, false, true},
+		{128, "1", true, true, true, true, true}, {64, "0", false, false, false, false, false},
+		{128, "glu", false, false, false, false, true}, {128, "ffn", false, false, false, true, false},
+		{64, "attn,quant", true, false, true, false, false},
+	} {
+		pl := kstep(tc.hd)
+		triggerFirst(pl, tc.mode)
+		var got []string
+		for _, c := range pl.calls {
+			got = append(got, c.kernel)
+		}
+		want := []string{kname(tc.attn, "rmsnorm_q8k"), "matvec13_q4_k", kname(tc.rope, "rope_store"), "attention_split_w2",
+			kname(tc.quant, "quantize_q8k"), "matvec1_q4_k", kname(tc.ffn, "rmsnorm_q8k"), "matvec13_q4_k", kname(tc.glu, "glu_q8k"),
+			"matvec1_q6_k"}
+		if !slices.Equal(got, want) {
+			t.Errorf("K-quants, heads of %d dims, WEFT_CUDA_FIRST=%q: %v, want %v", tc.hd, tc.mode, got, want)
+		}
+	}
+	// No rope_store (a plan without attention): the norms keep their
+	// kernels, quantize_q8k (a K-quant plan's) takes its twin.
+	pl := &planned{calls: []call{{kernel: "rmsnorm_q8"}, {kernel: "quantize_q8k"}}}
+	if triggerFirst(pl, ""); pl.calls[0].kernel != "rmsnorm_q8" || pl.calls[1].kernel != "quantize_q8k_first" {
+		t.Errorf("a plan without rope_store took %s, %s", pl.calls[0].kernel, pl.calls[1].kernel)
 	}
 	for from, twin := range firstTwins {
 		if !slices.Contains(kernelNames(), twin) || !slices.Contains(kernelNames(), from) {
@@ -918,7 +957,7 @@ func TestTriggerFirst(t *testing.T) {
 	for _, tc := range []struct {
 		v   string
 		err bool
-	}{{"", false}, {"0", false}, {"1", false}, {"attn,rope", false}, {"ffn", false}, {"2", true}, {"yes", true},
+	}{{"", false}, {"0", false}, {"1", false}, {"attn,rope", false}, {"ffn", false}, {"quant,glu", false}, {"2", true}, {"yes", true},
 		{"attn,", true}, {"attn,x", true}} {
 		t.Setenv("WEFT_CUDA_FIRST", tc.v)
 		err := envPlanOptions().check()

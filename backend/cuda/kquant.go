@@ -3,6 +3,7 @@ package cuda
 import (
 	_ "embed"
 	"fmt"
+	"os"
 
 	"github.com/weftlm/weft/backend"
 	"github.com/weftlm/weft/quant"
@@ -36,10 +37,48 @@ type kLayout struct {
 	// repack, where set, writes a block's three parts itself (Q2_K's
 	// levels go to nibbles).
 	repack func(blk, quants, head, d []byte)
+	// pairs: the header's twelve bytes of 6-bit scales and minimums
+	// (Q4_K) are regrouped by pair of sub-blocks (pairScales).
+	pairs bool
+}
+
+// kHeadGGML keeps Q4_K's headers in the file's order on the device
+// (WEFT_CUDA_KHEAD=ggml, for comparisons; compileOptions then defines
+// KHEAD_GGML, so the kernels read what was uploaded).
+var kHeadGGML = os.Getenv("WEFT_CUDA_KHEAD") == "ggml"
+
+// pairScales rewrites the twelve scale bytes s of a Q4_K or Q5_K header
+// (ggml's packing, quant.scaleMinK4: sub-blocks 0-3 in the low six bits
+// of bytes 0-7, sub-blocks 4-7 split over the nibbles of bytes 8-11 and
+// the top bits of bytes 0-7) as four 24-bit little-endian fields, one a
+// pair of sub-blocks 2p and 2p+1: scale 2p, scale 2p+1, minimum 2p,
+// minimum 2p+1, six bits each from bit 0. A decode product's 16-byte
+// chunk spans exactly such a pair, so it takes its four values from one
+// funnel shift and four bit-field extracts (matvec_k.cu's kscale_pair)
+// instead of ggml's selects; the bytes and values are the same. On an
+// H100 (tg128 drawn, two rounds, against WEFT_CUDA_KHEAD=ggml):
+// Llama-3.2-1B's shape Q4_K 1,610 / 1,610 against 1,535 / 1,538,
+// Llama-3-8B's 376.3 / 376.3 against 354.7 / 354.7. Q5_K's products lost
+// with it (1B 1,223 against 1,268, 8B 272 against 293: their registers),
+// so Q5_K keeps the file's order.
+func pairScales(s []byte) {
+	var sc, m [8]uint32
+	for j := range 8 {
+		if j < 4 {
+			sc[j], m[j] = uint32(s[j]&63), uint32(s[j+4]&63)
+		} else {
+			sc[j] = uint32(s[j+4]&15 | (s[j-4]>>6)<<4)
+			m[j] = uint32(s[j+4]>>4 | (s[j]>>6)<<4)
+		}
+	}
+	for p := range 4 {
+		f := sc[2*p] | sc[2*p+1]<<6 | m[2*p]<<12 | m[2*p+1]<<18
+		s[3*p], s[3*p+1], s[3*p+2] = byte(f), byte(f>>8), byte(f>>16)
+	}
 }
 
 var kLayouts = map[string]*kLayout{
-	"Q4_K": {block: 144, quants: 128, head: 0},
+	"Q4_K": {block: 144, quants: 128, head: 0, pairs: true},
 	"Q5_K": {block: 176, quants: 160, head: 0},
 	"Q6_K": {block: 210, quants: 192, head: 192, dBytes: 2},
 	// Q2_K (scales[16] | qs[64] | d | dmin): its 2-bit levels as nibbles
@@ -93,7 +132,8 @@ func (k *kLayout) deviceBlock() int { return k.quants + 16 + k.dBytes }
 
 // kquantKernels are the kernels of matvec_k.cu besides the per-type
 // embed_, matvec_ and deq_f16_ ones that weightTypes names.
-var kquantKernels = []string{"quantize_q8k", "to_f16_q8k", "rmsnorm_q8k", "glu_q8k"}
+var kquantKernels = []string{"quantize_q8k", "to_f16_q8k", "rmsnorm_q8k", "glu_q8k",
+	"quantize_q8k_first", "rmsnorm_q8k_first", "glu_q8k_first"} // plan.go's triggerFirst
 
 // q8kRecBytes is the size of a Q8_K activation record of matvec_k.cu:
 // d float32 and the sums of its 16 groups of 16 levels as int16.
@@ -113,6 +153,9 @@ func (k *kLayout) split(blk, quants, head, d []byte) {
 	}
 	copy(head, blk[:16])
 	copy(quants, blk[16:16+k.quants])
+	if k.pairs && !kHeadGGML {
+		pairScales(head[4:16])
+	}
 }
 
 // layOut writes rows [r0, r1) of GGUF data src (every row of the tensor)

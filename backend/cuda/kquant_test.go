@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -58,9 +60,17 @@ func kDevice(t *testing.T, typ string, data []byte, rows, cols int) []byte {
 
 func f16le(b []byte) float32 { return quant.F16ToF32(binary.LittleEndian.Uint16(b)) }
 
-// kScaleMin mirrors kscale_min of matvec_k.cu.
-func kScaleMin(h []byte, j int) (sc, m int) {
+// kScaleMin mirrors kscale_pair of matvec_k.cu: sub-block j's scale and
+// minimum from a device header of type typ (Q4_K: pairScales's fields,
+// unless kHeadGGML; Q5_K: ggml's packing).
+func kScaleMin(typ string, h []byte, j int) (sc, m int) {
 	s := h[4:16]
+	if kLayouts[typ].pairs && !kHeadGGML {
+		p := j >> 1
+		f := int(s[3*p]) | int(s[3*p+1])<<8 | int(s[3*p+2])<<16
+		f >>= 6 * (j & 1)
+		return f & 63, f >> 12 & 63
+	}
 	if j < 4 {
 		return int(s[j] & 63), int(s[j+4] & 63)
 	}
@@ -156,8 +166,8 @@ func kDot(typ string, dev []byte, rows, cols, r int, q []int8, d []float32, sums
 				acc += float64(float32(sclo*dl+schi*dh)*(d6*da) - float32(mlo*slo+mhi*shi)*(dmin*da))
 				continue
 			}
-			sclo, mlo := kScaleMin(h, 2*(c>>1))
-			schi, mhi := kScaleMin(h, 2*(c>>1)+1)
+			sclo, mlo := kScaleMin(typ, h, 2*(c>>1))
+			schi, mhi := kScaleMin(typ, h, 2*(c>>1)+1)
 			acc += float64(float32(int32(sclo)*dl+int32(schi)*dh)*(f16le(h)*da) - float32(int32(mlo)*slo+int32(mhi)*shi)*(f16le(h[2:])*da))
 		}
 	}
@@ -189,7 +199,7 @@ func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 		return d6 * float32(int8(h[e>>4])) * float32(v-32)
 	}
 	s, l := e>>5, e&31
-	sc, m := kScaleMin(h, s)
+	sc, m := kScaleMin(typ, h, s)
 	qs := q
 	if typ == "Q5_K" {
 		qs = q[32:]
@@ -204,7 +214,18 @@ func kDeq(typ string, dev []byte, rows, cols, r, i int) float32 {
 // TestKLayout checks the device layout of the K-quants through a model of
 // the kernels' indexing: every element dequantizes as package quant does,
 // and the chunked integer dot products match a float64 product.
+// Both header orders of Q4_K (pairScales's, and the file's under
+// WEFT_CUDA_KHEAD=ggml) are checked.
 func TestKLayout(t *testing.T) {
+	for _, ggmlOrder := range []bool{false, true} {
+		old := kHeadGGML
+		kHeadGGML = ggmlOrder
+		t.Run(fmt.Sprintf("ggml-header=%v", ggmlOrder), testKLayout)
+		kHeadGGML = old
+	}
+}
+
+func testKLayout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const rows, cols = 5, 768
 	for _, typ := range []string{"Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS"} {
@@ -248,6 +269,38 @@ func TestKLayout(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPairScales: pairScales keeps every sub-block's scale and minimum,
+// for every bit pattern of the twelve bytes (random ones here, and all
+// ones).
+func TestPairScales(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	h := make([]byte, 16)
+	for n := range 2000 {
+		for i := range h {
+			h[i] = byte(rng.Uint32())
+			if n == 0 {
+				h[i] = 0xff
+			}
+		}
+		kHeadGGML = true
+		var want [8][2]int
+		for j := range 8 {
+			want[j][0], want[j][1] = kScaleMin("Q4_K", h, j)
+		}
+		kHeadGGML = false
+		p := slices.Clone(h)
+		pairScales(p[4:])
+		for j := range 8 {
+			if sc, m := kScaleMin("Q4_K", p, j); sc != want[j][0] || m != want[j][1] {
+				t.Fatalf("header % x, sub-block %d: scale %d, min %d; want %d, %d", h, j, sc, m, want[j][0], want[j][1])
+			}
+		}
+		if !bytes.Equal(p[:4], h[:4]) {
+			t.Fatalf("header % x: d and dmin moved: % x", h, p[:4])
+		}
 	}
 }
 
@@ -496,7 +549,7 @@ func TestPlanK(t *testing.T) {
 		b.op(backend.Op{Kind: backend.OpMatMul, Out: k, A: x, W: b.mat("Q6_K", 256, 512, 1), Bias: backend.NoWeight})
 		b.op(backend.Op{Kind: backend.OpMatMul, Out: o, A: q, W: b.mat("Q5_K", 512, 512, 1), Bias: b.vec(512, 0, 1)})
 		b.p.Logits = o
-		pl, err := plan(b.p, planOptions{gemm: gemm})
+		pl, err := plan(b.p, planOptions{gemm: gemm, first: "0"}) // the _first twins: TestTriggerFirst
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -551,7 +604,7 @@ func TestPlanFusesQ8K(t *testing.T) {
 		out := b.buf(64)
 		kChain(b, out, 32)
 		b.p.Logits = out
-		pl, err := plan(b.p, planOptions{gemm: gemm})
+		pl, err := plan(b.p, planOptions{gemm: gemm, first: "0"}) // the _first twins: TestTriggerFirst
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -119,9 +119,12 @@ __device__ __forceinline__ void normk_chunk(const float (&x)[8], const float (&g
 // t+T, ... (T a multiple of 32, so a warp's chunks are one super-block);
 // as rmsnorm_q8 does, the first NORM_HELD of them stay in registers
 // between the sum and the scaling, and their norm weights are loaded
-// before the wait for the kernel before. Grid (1, rows).
-extern "C" __global__ void __launch_bounds__(1024) rmsnorm_q8k(float* out, const float* a, const float* w, const int* meta, int which, int cols,
-                                       int group, float eps, signed char* qa, q8k_rec* ds) {
+// before the wait for the kernel before. Grid (1, rows). FIRST: the
+// next launch may start before this one waits (the _first twin,
+// plan.go's triggerFirst).
+template <bool FIRST>
+__device__ __forceinline__ void rmsnorm_q8k_t(float* out, const float* a, const float* w, const int* meta, int which,
+                                              int cols, float eps, signed char* qa, q8k_rec* ds) {
     int lane = threadIdx.x & 31, T = blockDim.x, nc = cols >> 3, nsb = cols >> 8;
     float wv[NORM_HELD][8], xv[NORM_HELD][8];
 #pragma unroll
@@ -134,7 +137,7 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_q8k(float* out, const
             for (int k = 0; k < 8; k++) wv[t][k] = 0.f;
         }
     }
-    PDL;
+    PDL_AT(FIRST);
     // The row is loaded before the row count is known (rows past the
     // batch are allocated), so the two loads overlap.
     int r = blockIdx.y;
@@ -181,13 +184,22 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_q8k(float* out, const
         normk_chunk(v, g, inv, c, y, q, rec, lane);
     }
 }
+#define RMSNORM_Q8K(name, FIRST)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(1024)                                                             \
+        name(float* out, const float* a, const float* w, const int* meta, int which, int cols, int group, float eps, \
+             signed char* qa, q8k_rec* ds) {                                                                        \
+        rmsnorm_q8k_t<FIRST>(out, a, w, meta, which, cols, eps, qa, ds);                                            \
+    }
+RMSNORM_Q8K(rmsnorm_q8k, false)
+RMSNORM_Q8K(rmsnorm_q8k_first, true)
 
 // glu_q8k is glu that also quantizes its output as quantize_q8k does
 // (cols a multiple of 256). A block of 256 threads per super-block: grid
-// (cols/256, rows).
-extern "C" __global__ void glu_q8k(float* out, const float* a, const float* b, const int* meta, int which, int cols,
-                                   int act, signed char* qa, q8k_rec* ds) {
-    PDL;
+// (cols/256, rows). FIRST as rmsnorm_q8k's.
+template <bool FIRST>
+__device__ __forceinline__ void glu_q8k_t(float* out, const float* a, const float* b, const int* meta, int which,
+                                          int cols, int act, signed char* qa, q8k_rec* ds) {
+    PDL_AT(FIRST);
     __shared__ float part[2][8];
     int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
     if (r >= meta[which]) return;
@@ -208,13 +220,22 @@ extern "C" __global__ void glu_q8k(float* out, const float* a, const float* b, c
     if ((t & 15) == 0) ds[rec].s[t >> 4] = (short)q;
     if (t == 0) ds[rec].d = mx != 0.f ? 1.f / iscale : 0.f;
 }
+#define GLU_Q8K(name, FIRST)                                                                                       \
+    extern "C" __global__ void name(float* out, const float* a, const float* b, const int* meta, int which, int cols, \
+                                    int act, signed char* qa, q8k_rec* ds) {                                        \
+        glu_q8k_t<FIRST>(out, a, b, meta, which, cols, act, qa, ds);                                                \
+    }
+GLU_Q8K(glu_q8k, false)
+GLU_Q8K(glu_q8k_first, true)
 
 // quantize_q8k quantizes activation rows a [rows, K] (K a multiple of
 // 256) into levels qa [rows, K] and records ds [rows, K/256]. One warp per
-// super-block, 8 elements a lane; grid (ceil(K/256/warps), rows).
-extern "C" __global__ void quantize_q8k(signed char* qa, q8k_rec* ds, const float* a, const int* meta, int which,
-                                        int K) {
-    PDL;
+// super-block, 8 elements a lane; grid (ceil(K/256/warps), rows). FIRST
+// as rmsnorm_q8k's.
+template <bool FIRST>
+__device__ __forceinline__ void quantize_q8k_t(signed char* qa, q8k_rec* ds, const float* a, const int* meta, int which,
+                                               int K) {
+    PDL_AT(FIRST);
     int r = blockIdx.y;
     if (r >= meta[which]) return;
     int nsb = K >> 8, sb = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -226,6 +247,12 @@ extern "C" __global__ void quantize_q8k(signed char* qa, q8k_rec* ds, const floa
     float d = q8k_levels(x, q);
     q8k_store(qa, ds, at, (u64)r * nsb + sb, q, d, lane);
 }
+#define QUANTIZE_Q8K(name, FIRST)                                                                                   \
+    extern "C" __global__ void name(signed char* qa, q8k_rec* ds, const float* a, const int* meta, int which, int K) { \
+        quantize_q8k_t<FIRST>(qa, ds, a, meta, which, K);                                                            \
+    }
+QUANTIZE_Q8K(quantize_q8k, false)
+QUANTIZE_Q8K(quantize_q8k_first, true)
 
 // to_f16_q8k writes activation rows as f16 after rounding them to the
 // levels of quantize_q8k (d·q), for cuBLAS products by K-quant weights.
@@ -263,6 +290,28 @@ __device__ __forceinline__ void kscale_min(uint4 h, int j, int* sc, int* m) {
 #undef KB
 }
 
+#ifndef KHEAD_GGML
+#define KHEAD_GGML 0
+#endif
+// kscale_pair decodes the 6-bit scales and minimums of sub-blocks 2p and
+// 2p + 1 (p = 0..3) of a Q4_K or Q5_K header h: for Q4_K from kquant.go's
+// pairScales fields (the 24 bits from bit 24p of h.y, h.z, h.w), for
+// Q5_K, or with KHEAD_GGML, from ggml's packing (kscale_min).
+template <int T>
+__device__ __forceinline__ void kscale_pair(uint4 h, int p, int* sc0, int* m0, int* sc1, int* m1) {
+    if constexpr (T != W_Q4_K || KHEAD_GGML) {
+        kscale_min(h, 2 * p, sc0, m0);
+        kscale_min(h, 2 * p + 1, sc1, m1);
+    } else {
+        u32 lo = p < 2 ? h.y : p == 2 ? h.z : h.w, hi = p < 2 ? h.z : h.w;
+        u32 f = __funnelshift_r(lo, hi, (24 * p) & 31);
+        *sc0 = (int)(f & 63);
+        *sc1 = (int)((f >> 6) & 63);
+        *m0 = (int)((f >> 12) & 63);
+        *m1 = (int)((f >> 18) & 63);
+    }
+}
+
 // deqk returns element i of row `row` of a K-quant weight, computed with
 // package quant's float32 operations in its order.
 template <int T>
@@ -294,8 +343,9 @@ __device__ __forceinline__ float deqk(const u8* w, long long rowBytes, long long
         return __fmul_rn(dl, (float)(v - 32));
     } else {
         uint4 hd = *(const uint4*)h;
-        int s = e >> 5, l = e & 31, sc, m;
-        kscale_min(hd, s, &sc, &m);
+        int s = e >> 5, l = e & 31, sc, m, sc1, m1;
+        kscale_pair<T>(hd, s >> 1, &sc, &m, &sc1, &m1);
+        if (s & 1) sc = sc1, m = m1;
         const u8* qs = T == W_Q5_K ? q + 32 : q;
         int v = (qs[32 * (s >> 1) + l] >> (4 * (s & 1))) & 15;
         if constexpr (T == W_Q5_K) v |= ((q[l] >> s) & 1) << 4;
@@ -416,8 +466,7 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     uint4 h = __ldg(hdr + sb);
                     d = h2f((u16)(h.x & 0xffff));
                     dmin = h2f((u16)(h.x >> 16));
-                    kscale_min(h, 2 * (cc >> 1), &sclo, &mlo);
-                    kscale_min(h, 2 * (cc >> 1) + 1, &schi, &mhi);
+                    kscale_pair<T>(h, cc >> 1, &sclo, &mlo, &schi, &mhi);
                 }
 #pragma unroll
                 for (int k = 0; k < M; k++) {

@@ -152,6 +152,9 @@ func compileOptions(t target) []string {
 	if t.exact {
 		opts = append(opts, "-DWEFT_EXACT=1")
 	}
+	if kHeadGGML {
+		opts = append(opts, "-DKHEAD_GGML=1") // kquant.go's upload keeps the file's header order
+	}
 	// WEFT_CUDA_LATE: kernel classes (all, glu, mv: the other products,
 	// K-quants included; attn) that let the next launch start only as
 	// their blocks leave (kernels.cu's PDL_* and TRIGGER_*), for

@@ -3,6 +3,7 @@ package cuda
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/weftlm/weft/backend"
@@ -851,7 +852,8 @@ func opOutput(op *backend.Op) (backend.BufID, bool) {
 
 // firstTwins are the kernels whose _first twins (kernels.cu) let the next
 // launch start before they wait for the one before them.
-var firstTwins = map[string]string{"rmsnorm_q8": "rmsnorm_q8_first", "rope_store": "rope_store_first", "rope_store_h": "rope_store_first_h"}
+var firstTwins = map[string]string{"rmsnorm_q8": "rmsnorm_q8_first", "rope_store": "rope_store_first", "rope_store_h": "rope_store_first_h",
+	"rmsnorm_q8k": "rmsnorm_q8k_first", "quantize_q8k": "quantize_q8k_first", "glu_q8k": "glu_q8k_first"}
 
 // firstMaxHeadDim is the widest attention head for which triggerFirst
 // takes the _first twins.
@@ -882,22 +884,40 @@ const firstMaxHeadDim = 64
 // rope_store alone -0.6 % to +0.3 %; no kind gains at every depth, so the
 // 128-dim heads keep none. Batches of several rows take the same twins
 // (not measured).
+//
+// A plan with K-quant products (matvec_k.cu: their norms are rmsnorm_q8k,
+// their o product's input is quantized after the attention by
+// quantize_q8k and their GLU is glu_q8k) takes other twins, whatever its
+// heads: quantize_q8k's and glu_q8k's, so that the o and down products
+// are placed, and issue their early weight loads, while the attention and
+// the gate/up product still run; its norms and rope_store keep their
+// kernels. On an H100 (tg128 drawn, two rounds; WEFT_CUDA_FIRST lists):
+// Llama-3.2-1B's shape Q4_K 1,541 / 1,541 with quant and glu against
+// 1,476 / 1,474 with rope (the rule before) and 1,495 / 1,503 with none,
+// rope and quant 1,489 / 1,490, the norms too 1,489 / 1,512; Q6_K 1,324
+// against 1,279 with rope; tg64 from 2,048 positions 1,313 with rope,
+// quant and glu against 1,300 without glu. Llama-3-8B's shape Q4_K 355.3
+// / 355.5 against 345.0 / 346.3 with none (quant alone 353.3 / 353.5),
+// Q6_K 298.3 against 292.2 with quant; from 2,048 positions 292.4 / 292.3
+// against 289.3 / 290.0 (quant alone) and 288.2 / 287.9 (none), from 512
+// 332 (quant) against 327.
 func triggerFirst(pl *planned, mode string) {
 	kinds, _ := firstKinds(mode)
 	if mode == "" {
-		rope := false
+		rope, narrow, kquant := false, true, false
 		for _, c := range pl.calls {
 			if strings.HasPrefix(c.kernel, "rope_store") {
 				rope = true
-				if c.args[11].v > firstMaxHeadDim {
-					return
-				}
+				narrow = narrow && c.args[11].v <= firstMaxHeadDim
 			}
+			kquant = kquant || slices.Contains(kquantKernels, c.kernel)
 		}
-		if !rope {
-			return
+		switch {
+		case kquant:
+			kinds = firstKQuant
+		case rope && narrow:
+			kinds = firstNarrow
 		}
-		kinds = firstAll
 	}
 	for i := range pl.calls {
 		k, ok := firstTwins[pl.calls[i].kernel]
@@ -909,14 +929,21 @@ func triggerFirst(pl *planned, mode string) {
 
 // The launches that triggerFirst may give their _first twins, as a mask.
 const (
-	firstAttn = 1 << iota // a norm whose products are not a GLU's (q/k/v)
-	firstFFN              // a norm before a GLU
-	firstRope             // rope_store
-	firstAll  = firstAttn | firstFFN | firstRope
+	firstAttn  = 1 << iota // a norm whose products are not a GLU's (q/k/v)
+	firstFFN               // a norm before a GLU
+	firstRope              // rope_store
+	firstQuant             // quantize_q8k: a K-quant product's input quantized on its own (after the attention)
+	firstGLU               // glu_q8k: the GLU before a K-quant down product
+	firstAll   = firstAttn | firstFFN | firstRope | firstQuant | firstGLU
+	// firstNarrow are the kinds that trigger first in a plan whose heads
+	// have at most firstMaxHeadDim dims, firstKQuant those that do in a
+	// plan with K-quant products, whatever its heads.
+	firstNarrow = firstAttn | firstFFN | firstRope
+	firstKQuant = firstQuant | firstGLU
 )
 
 // firstKinds parses WEFT_CUDA_FIRST: "1" (every kind), "0" (none) or a
-// comma-separated list of attn, ffn and rope.
+// comma-separated list of attn, ffn, rope, quant and glu.
 func firstKinds(mode string) (int, error) {
 	switch mode {
 	case "", "0":
@@ -933,23 +960,37 @@ func firstKinds(mode string) (int, error) {
 			m |= firstFFN
 		case "rope":
 			m |= firstRope
+		case "quant":
+			m |= firstQuant
+		case "glu":
+			m |= firstGLU
 		default:
-			return 0, fmt.Errorf("cuda: WEFT_CUDA_FIRST=%q: want 0, 1 or a list of attn, ffn and rope", mode)
+			return 0, fmt.Errorf("cuda: WEFT_CUDA_FIRST=%q: want 0, 1 or a list of attn, ffn, rope, quant and glu", mode)
 		}
 	}
 	return m, nil
 }
 
-// firstKind is the kind of calls[i], a norm or rope_store: a norm is
-// firstFFN when a GLU kernel is among the products right after it.
+// firstKind is the kind of calls[i], a norm, rope_store, quantize_q8k or
+// glu_q8k: a norm is firstFFN when a GLU kernel is among the products
+// right after it, or (K-quants) right after those.
 func firstKind(calls []call, i int) int {
-	if strings.HasPrefix(calls[i].kernel, "rope_store") {
+	switch k := calls[i].kernel; {
+	case strings.HasPrefix(k, "rope_store"):
 		return firstRope
+	case strings.HasPrefix(k, "quantize_q8k"):
+		return firstQuant
+	case strings.HasPrefix(k, "glu_q8k"):
+		return firstGLU
 	}
-	for j := i + 1; j < len(calls) && strings.HasPrefix(calls[j].kernel, "matvec"); j++ {
+	j := i + 1
+	for ; j < len(calls) && strings.HasPrefix(calls[j].kernel, "matvec"); j++ {
 		if strings.Contains(calls[j].kernel, "_glu_") {
 			return firstFFN
 		}
+	}
+	if j > i+1 && j < len(calls) && strings.HasPrefix(calls[j].kernel, "glu") {
+		return firstFFN
 	}
 	return firstAttn
 }
