@@ -314,7 +314,7 @@ func quantQ3_K(src []float32, dst []byte) error {
 }
 
 // packScaleMinK4 stores eight 6-bit scales and mins in the twelve bytes
-// scaleMinK4 reads.
+// ScaleMinK4 reads.
 func packScaleMinK4(ls, lm *[8]uint8, q []byte) {
 	clear(q[:12])
 	for j := range 8 {

@@ -71,11 +71,12 @@ func dequantQ3_K(src []byte, dst []float32) {
 	}
 }
 
-// scaleMinK4 decodes sub-block j's 6-bit scale and min from the twelve
-// packed bytes of Q4_K and Q5_K: for j < 4 the low six bits of bytes j and
+// ScaleMinK4 decodes sub-block j's 6-bit scale and min from the twelve
+// packed bytes of Q4_K and Q5_K (for the backends, whose layouts unpack
+// them too): for j < 4 the low six bits of bytes j and
 // j+4; for j >= 4 a nibble of byte j+4 plus the top two bits of bytes j-4
 // and j.
-func scaleMinK4(j int, q []byte) (sc, m uint8) {
+func ScaleMinK4(j int, q []byte) (sc, m uint8) {
 	if j < 4 {
 		return q[j] & 63, q[j+4] & 63
 	}
@@ -92,7 +93,7 @@ func dequantQ4_K(src []byte, dst []float32) {
 		qs := src[16:144:144]
 		y := dst[:qkK:qkK]
 		for s := range 8 {
-			sc, m := scaleMinK4(s, scales)
+			sc, m := ScaleMinK4(s, scales)
 			dl := d * float32(sc)
 			ml := dmin * float32(m)
 			q := qs[32*(s/2) : 32*(s/2)+32]
@@ -115,7 +116,7 @@ func dequantQ5_K(src []byte, dst []float32) {
 		qs := src[48:176:176]
 		y := dst[:qkK:qkK]
 		for s := range 8 {
-			sc, m := scaleMinK4(s, scales)
+			sc, m := ScaleMinK4(s, scales)
 			dl := d * float32(sc)
 			ml := dmin * float32(m)
 			q := qs[32*(s/2) : 32*(s/2)+32]

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/weftlm/weft/ggml"
+	"github.com/weftlm/weft/quant"
 )
 
 // The unpackers read one stored block of a ggml type as small unsigned
@@ -112,18 +113,10 @@ func unpackQ3_K(b []byte, q *[256]uint8, sc *[16]int8, _ *[16]uint8) (uint16, ui
 	return le16(b[108:]), 0
 }
 
-// scaleMinK4 decodes the 6-bit scale and min of sub-block j of Q4_K/Q5_K.
-func scaleMinK4(j int, s []byte) (sc, m uint8) {
-	if j < 4 {
-		return s[j] & 63, s[j+4] & 63
-	}
-	return s[j+4]&0xf | (s[j-4]>>6)<<4, s[j+4]>>4 | (s[j]>>6)<<4
-}
-
 func unpackQ4_K(b []byte, q *[256]uint8, sc *[16]int8, mn *[16]uint8) (uint16, uint16) {
 	qs := b[16:144]
 	for s := range 8 {
-		c, m := scaleMinK4(s, b[4:16])
+		c, m := quant.ScaleMinK4(s, b[4:16])
 		sc[s], mn[s] = int8(c), m
 		for l := range 32 {
 			q[32*s+l] = qs[32*(s/2)+l] >> (4 * (s % 2)) & 0xf
@@ -135,7 +128,7 @@ func unpackQ4_K(b []byte, q *[256]uint8, sc *[16]int8, mn *[16]uint8) (uint16, u
 func unpackQ5_K(b []byte, q *[256]uint8, sc *[16]int8, mn *[16]uint8) (uint16, uint16) {
 	qh, qs := b[16:48], b[48:176]
 	for s := range 8 {
-		c, m := scaleMinK4(s, b[4:16])
+		c, m := quant.ScaleMinK4(s, b[4:16])
 		sc[s], mn[s] = int8(c), m
 		for l := range 32 {
 			q[32*s+l] = qs[32*(s/2)+l]>>(4*(s%2))&0xf | (qh[l]>>s&1)<<4

@@ -48,7 +48,7 @@ type kLayout struct {
 var kHeadGGML = os.Getenv("WEFT_CUDA_KHEAD") == "ggml"
 
 // pairScales rewrites the twelve scale bytes s of a Q4_K or Q5_K header
-// (ggml's packing, quant.scaleMinK4: sub-blocks 0-3 in the low six bits
+// (ggml's packing, quant.ScaleMinK4: sub-blocks 0-3 in the low six bits
 // of bytes 0-7, sub-blocks 4-7 split over the nibbles of bytes 8-11 and
 // the top bits of bytes 0-7) as four 24-bit little-endian fields, one a
 // pair of sub-blocks 2p and 2p+1: scale 2p, scale 2p+1, minimum 2p,
@@ -64,12 +64,8 @@ var kHeadGGML = os.Getenv("WEFT_CUDA_KHEAD") == "ggml"
 func pairScales(s []byte) {
 	var sc, m [8]uint32
 	for j := range 8 {
-		if j < 4 {
-			sc[j], m[j] = uint32(s[j]&63), uint32(s[j+4]&63)
-		} else {
-			sc[j] = uint32(s[j+4]&15 | (s[j-4]>>6)<<4)
-			m[j] = uint32(s[j+4]>>4 | (s[j]>>6)<<4)
-		}
+		c, n := quant.ScaleMinK4(j, s)
+		sc[j], m[j] = uint32(c), uint32(n)
 	}
 	for p := range 4 {
 		f := sc[2*p] | sc[2*p+1]<<6 | m[2*p]<<12 | m[2*p+1]<<18
