@@ -92,17 +92,11 @@ func kernelNames() []string {
 	for _, k := range logitsTwins {
 		names = append(names, foldTwin(k))
 	}
-	for typ, suffix := range weightTypes {
+	for _, suffix := range weightTypes {
 		names = append(names, "embed_"+suffix, "matvec_"+suffix)
-		names = append(names, "matvec3_"+suffix) // grouped products (plangroup.go)
-		if kLayouts[typ] == nil {                // the fused GLU takes the types of matvec.cu
-			names = append(names, "matvec_glu_"+suffix)
-		}
-		if ty, ok := oneRowTypes[suffix]; ok {
-			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix)
-			if !ty.plain {
-				names = append(names, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
-			}
+		names = append(names, "matvec3_"+suffix, "matvec_glu_"+suffix) // grouped and fused products (plangroup.go)
+		if _, ok := oneRowTypes[suffix]; ok {
+			names = append(names, "matvec1_"+suffix, "matvec13_"+suffix, "matvec1_glu_"+suffix, "matvec1w_glu_"+suffix)
 		}
 		if suffix != "f32" && suffix != "f16" {
 			names = append(names, "deq_f16_"+suffix)

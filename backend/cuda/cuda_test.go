@@ -24,7 +24,7 @@ func TestKernelSourceDefinesEveryKernel(t *testing.T) {
 	}
 	for _, name := range kernelNames() {
 		// ") name(" follows __launch_bounds__(...).
-		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC3_LB(" + name + ",", "MATVEC_GLU(" + name + ",", "MATVEC1_GLU(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
+		defs := []string{"void " + name + "(", ") " + name + "(", "EMBED(" + name + ",", "MATVEC(" + name + ",", "MATVEC3(" + name + ",", "MATVEC3_LB(" + name + ",", "MATVEC_GLU(" + name + ",", "MATVEC1_GLU(" + name + ",", "MATVEC1_GLU_K(" + name + ",", "DEQ_F16(" + name + ",", "ATTN_TILED(" + name + ",", "MMQ(" + name + ",",
 			"ROPE_STORE(" + name + ",", "STORE_KV(" + name + ",", "ATTENTION(" + name + ",", "ATTENTION_SPLIT(" + name + ",",
 			"ATTENTION_SPLIT_W(" + name + ",", "MATVEC1D(" + name + ",", "EMBED_NORM_Q8(" + name + ",", "RMSNORM_Q8(" + name + ",",
 			"RMSNORM_Q8K(" + name + ",", "GLU_Q8K(" + name + ",", "QUANTIZE_Q8K(" + name + ","}

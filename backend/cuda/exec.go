@@ -275,6 +275,7 @@ func (b *Backend) Compile(p *backend.Program) (backend.Exec, error) {
 		return nil, err
 	}
 	opt.gemm, opt.sms, opt.mmq, opt.maxShared = b.blas != nil, b.sms, mmqOn(b.target.arch), b.sharedOptin
+	opt.kA32 = b.kA32()
 	if b.exact {
 		// cuBLAS's f16 products and the float32 attention kernels do
 		// not keep to the contract: mmq takes the large batches of

@@ -95,7 +95,7 @@ func WorkBytes(c *weights.Config, maxRows int, largest *weights.Tensor) int64 {
 // larger set) and the batch — beside what the driver and the kernel module
 // take. It needs no GPU.
 func ProgramBytes(p *backend.Program) (int64, error) {
-	pl, err := plan(p, planOptions{gemm: true, sms: 132})
+	pl, err := plan(p, planOptions{gemm: true, sms: 132, kA32: !kActQ8K})
 	if err != nil {
 		return 0, err
 	}

@@ -35,6 +35,23 @@ typedef unsigned long long u64; // offsets: tensors may pass 2^31 elements
 // like Q8_0's, and per block of 32 an f16 scale d and min m next to each
 // other (a u32: d low, m high), x = d·q + m.
 #define W_Q8_A 5
+// The K-quants (matvec_k.cu, whose header describes their device layout).
+#define W_Q4_K 10
+#define W_Q5_K 11
+#define W_Q6_K 12
+// Q2_K, its levels as nibbles in Q4_K's order (kquant.go's repackQ2K), its
+// 16 scale bytes (4-bit scale, 4-bit min a 16 elements) the header, d and
+// dmin a u32 after the headers.
+#define W_Q2_K 13
+// IQ4_XS, its 4-bit codebook indices in Q4_K's order (kquant.go's
+// repackIQ4XS), the header d (f16) and the 8 scales ls - 32 as int8.
+#define W_IQ4_XS 14
+
+// k_type: T is a K-quant (super-blocks of 256, matvec_k.cu).
+template <int T>
+__device__ __forceinline__ constexpr bool k_type() {
+    return T >= W_Q4_K && T <= W_IQ4_XS;
+}
 
 // int8_act: T's products take int8 activations (quantize_q8's records).
 template <int T>
@@ -66,6 +83,21 @@ typedef double freq_t;
 #else
 typedef float acc_t;
 typedef float freq_t;
+#endif
+
+// K_A32 (1 but under WEFT_EXACT; plan.go's kA32): the K-quant products
+// (matvec_k.cu) read the int8 activations every other quantized product
+// reads, quantize_q8's records (a scale d and d·Σq a block of 32, as
+// llama.cpp's CUDA products read q8_1), so that the norms, the attention
+// and the GLU quantize for them as for Q4_0 and the gate and up products
+// fuse with the GLU. 0: ggml's Q8_K records (a scale a 256, level sums a
+// 16), those of the CPU backend's K-quant products, which its exact
+// contract needs (WEFT_CUDA_KACT=q8k keeps them for comparisons).
+#if WEFT_EXACT
+#undef K_A32
+#define K_A32 0
+#elif !defined(K_A32)
+#define K_A32 1
 #endif
 
 __device__ __forceinline__ float h2f(u16 h) {

@@ -47,6 +47,17 @@ type kLayout struct {
 // KHEAD_GGML, so the kernels read what was uploaded).
 var kHeadGGML = os.Getenv("WEFT_CUDA_KHEAD") == "ggml"
 
+// kActQ8K keeps the K-quant products on ggml's Q8_K activation records
+// outside the exact contract too (WEFT_CUDA_KACT=q8k, for comparisons;
+// compileOptions then defines K_A32=0). By default they read the int8
+// records of Q4_0's products (kernels.cu's K_A32; planOptions.kA32).
+var kActQ8K = os.Getenv("WEFT_CUDA_KACT") == "q8k"
+
+// kA32 says whether b's K-quant products read Q4_0's int8 activations
+// (planOptions.kA32): not under the exact contract, whose CPU products
+// read Q8_K records, nor with kActQ8K.
+func (b *Backend) kA32() bool { return !b.exact && !kActQ8K }
+
 // pairScales rewrites the twelve scale bytes s of a Q4_K or Q5_K header
 // (ggml's packing, quant.ScaleMinK4: sub-blocks 0-3 in the low six bits
 // of bytes 0-7, sub-blocks 4-7 split over the nibbles of bytes 8-11 and
@@ -209,11 +220,12 @@ func (e *exec) uploadK(ptr uint64, w *backend.Weight, m *matInfo, k *kLayout, ho
 	return nil
 }
 
-// planMatMulK is planMatMul for a K-quant weight: the input quantized to
-// Q8_K records (once for the products sharing it) and the matrix-vector
-// kernel, and where cuBLAS takes large counts, the input rounded to the
-// same levels in f16, the weight dequantized to f16, the product and the
-// bias.
+// planMatMulK is planMatMul for a K-quant weight: the input quantized
+// (once for the products sharing it) to int8 rows, with opt.kA32 as for
+// Q4_0 (quantize_q8's records) and else to Q8_K records, and the
+// matrix-vector kernel, and where cuBLAS takes large counts, the input
+// rounded to Q8_K's levels in f16, the weight dequantized to f16, the
+// product and the bias.
 func planMatMulK(p *backend.Program, pl *planned, st *planState, op *backend.Op, m *matInfo, which int, opt planOptions, resid backend.BufID) []call {
 	t := weightTypes[m.typ]
 	meta := metaField(-1, p.MaxRows)
@@ -224,13 +236,26 @@ func planMatMulK(p *backend.Program, pl *planned, st *planState, op *backend.Op,
 		mvCond = small
 	}
 	var calls []call
-	if !st.holds(st.q8k, op.A, which, mvCond) {
-		calls = append(calls, call{kernel: "quantize_q8k", gridX: blocks(k/256, 8), gridY: rowsOf(which), block: 256, cond: mvCond,
-			args: []arg{scratch(scratchQ8K), scratch(scratchQ8KRec), buf(op.A), meta, i32(which), i32(k)}})
-		st.q8k = &scratchHolds{buf: op.A, which: which, cond: mvCond}
+	x, ds := scratch(scratchQ8K), scratch(scratchQ8KRec)
+	switch {
+	case opt.kA32:
+		if !st.holds(st.q8, op.A, which, mvCond) {
+			calls = append(calls, call{kernel: "quantize_q8", gridX: blocks(k/32, 8), gridY: rowsOf(which), block: 256, cond: mvCond,
+				args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.A), meta, i32(which), i32(k)}})
+			st.q8 = &scratchHolds{buf: op.A, which: which, cond: mvCond}
+		}
+		x, ds = scratch(st.q8.area), scratch(st.q8.area+1)
+		pl.need(scratchQ8, p.MaxRows*k)
+		pl.need(scratchQ8DS, p.MaxRows*k/32*8)
+	default:
+		if !st.holds(st.q8k, op.A, which, mvCond) {
+			calls = append(calls, call{kernel: "quantize_q8k", gridX: blocks(k/256, 8), gridY: rowsOf(which), block: 256, cond: mvCond,
+				args: []arg{scratch(scratchQ8K), scratch(scratchQ8KRec), buf(op.A), meta, i32(which), i32(k)}})
+			st.q8k = &scratchHolds{buf: op.A, which: which, cond: mvCond}
+		}
+		pl.need(scratchQ8K, p.MaxRows*k)
+		pl.need(scratchQ8KRec, p.MaxRows*k/256*q8kRecBytes)
 	}
-	pl.need(scratchQ8K, p.MaxRows*k)
-	pl.need(scratchQ8KRec, p.MaxRows*k/256*q8kRecBytes)
 	r, b := null, null
 	if resid >= 0 {
 		r = buf(resid)
@@ -240,7 +265,7 @@ func planMatMulK(p *backend.Program, pl *planned, st *planState, op *backend.Op,
 	}
 	rpb := rowsPerBlock(n, m.chunks(), opt.sms)
 	calls = append(calls, call{kernel: "matvec_" + t, gridX: min(blocks(n, rpb), uint32(mvGridPerSM*opt.sms)), gridY: gridOne, block: 32 * mvWarps, cond: mvCond,
-		args: []arg{buf(op.Out), r, scratch(scratchQ8K), scratch(scratchQ8KRec), weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b, meta, i32(which), i32(k), i32(n), i32(rpb)}})
+		args: []arg{buf(op.Out), r, x, ds, weight(op.W), i64(m.rowBytes), i64(int(m.dOff)), b, meta, i32(which), i32(k), i32(n), i32(rpb)}})
 	if !useGemm {
 		return calls
 	}

@@ -45,6 +45,28 @@ func quantizeQ8KRef(x []float32) (q []int8, d []float32, sums [][16]int32) {
 	return q, d, sums
 }
 
+// quantizeQ8Ref quantizes x (a multiple of 32 long) as quantize_q8 and
+// the CPU backend's Q8_0 products do: per block of 32, d = max|x|/127 and
+// q = round-half-even(x·(127/max|x|)). It returns each element's value
+// d·q, the activation that K-quant products read under kA32.
+func quantizeQ8Ref(x []float32) []float32 {
+	v := make([]float32, len(x))
+	for b := 0; b < len(x)/32; b++ {
+		var amax float32
+		for _, e := range x[32*b : 32*b+32] {
+			amax = max(amax, float32(math.Abs(float64(e))))
+		}
+		if amax == 0 {
+			continue
+		}
+		d, id := amax/127, 127/amax
+		for i, e := range x[32*b : 32*b+32] {
+			v[32*b+i] = d * float32(math.RoundToEven(float64(e*id)))
+		}
+	}
+	return v
+}
+
 // kDevice lays out a GGUF K-quant tensor as uploadK does, in one piece.
 func kDevice(t *testing.T, typ string, data []byte, rows, cols int) []byte {
 	k := kLayouts[typ]
@@ -728,6 +750,62 @@ func TestIQ4Map(t *testing.T) {
 			if l := int8(got >> (8 * n)); l != iq4Levels[idx] {
 				t.Fatalf("index %d in byte %d: level %d, want %d", idx, n, l, iq4Levels[idx])
 			}
+		}
+	}
+}
+
+// TestPlanKA32 checks a K-quant layer's launches where the products read
+// Q4_0's int8 activations (planOptions.kA32): the norms and the attention
+// quantize for them as for Q4_0 (no Q8_K record is written), and gate,
+// up and the GLU are one launch that quantizes for the down product.
+func TestPlanKA32(t *testing.T) {
+	for _, tc := range []struct {
+		gemm bool
+		want []string
+	}{
+		{false, []string{"rmsnorm_q8", "matvec_q4_k", "matvec1_q4_k", "glu_q8", "matvec_q6_k", "matvec1_q6_k", "attention_split_g1d2",
+			"attention_tiled_64", "quantize_q8", "matvec_q5_k", "matvec1_q5_k",
+			"matvec_glu_q4_k", "matvec1_glu_q4_k", "matvec_q6_k", "matvec1_q6_k"}},
+		{true, []string{"rmsnorm_q8", "rmsnorm", "matvec_q4_k", "matvec1_q4_k", "to_f16_q8k", "deq_f16_q4_k", "glu_q8", "glu",
+			"matvec_q6_k", "matvec1_q6_k", "to_f16_q8k", "deq_f16_q6_k", "attention_split_g1d2", "attention_tiled_64", "matvec_q5_k",
+			"matvec1_q5_k", "to_f16_q8k", "deq_f16_q5_k",
+			"rmsnorm", "to_f16_q8k", "deq_f16_q4_k", "deq_f16_q4_k", "glu", "matvec_glu_q4_k", "matvec1_glu_q4_k",
+			"matvec_q6_k", "matvec1_q6_k", "to_f16_q8k", "deq_f16_q6_k"}},
+	} {
+		b := newProg(t, 1, 16, 1, 32, 64)
+		out := b.buf(64)
+		kChain(b, out, 32)
+		// then a norm (with the embedding before it, embed_norm_q8_*),
+		// gate and up, their GLU and the down product
+		x, xn, g, u, d := b.buf(256), b.buf(256), b.buf(512), b.buf(512), b.buf(64)
+		b.fill(x, 1)
+		b.op(backend.Op{Kind: backend.OpRMSNorm, Out: xn, A: x, W: b.vec(256, 1, 0.1), Eps: 1e-5, Group: 256})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: g, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: u, A: xn, W: b.mat("Q4_K", 512, 256, 0.5), Bias: backend.NoWeight})
+		b.op(backend.Op{Kind: backend.OpGLU, Out: g, A: g, B: u, Act: backend.ActSiLU})
+		b.op(backend.Op{Kind: backend.OpMatMul, Out: d, A: g, W: b.mat("Q6_K", 64, 512, 0.5), Bias: backend.NoWeight})
+		b.p.Logits = d
+		pl, err := plan(b.p, planOptions{gemm: tc.gemm, first: "0", kA32: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range pl.calls {
+			if c.gemm == nil && !strings.HasPrefix(c.kernel, "embed") && c.kernel != "store_kv" {
+				got = append(got, c.kernel)
+			}
+			if strings.HasPrefix(c.kernel, "matvec_glu_") && c.args[3] != scratch(scratchG8) {
+				t.Errorf("gemm %v: the GLU writes no int8 rows for the down product: %+v", tc.gemm, c)
+			}
+			if strings.HasPrefix(c.kernel, "matvec") && c.cond != large && c.args[3] == scratch(scratchQ8KRec) {
+				t.Errorf("gemm %v: %s reads Q8_K records", tc.gemm, c.kernel)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("gemm %v: launches\n %v\nwant\n %v", tc.gemm, got, tc.want)
+		}
+		if pl.scratch[scratchQ8K] != 0 || pl.scratch[scratchQ8KRec] != 0 {
+			t.Errorf("gemm %v: Q8_K scratch %v", tc.gemm, pl.scratch)
 		}
 	}
 }

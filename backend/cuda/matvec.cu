@@ -91,7 +91,7 @@ __device__ __forceinline__ void mv_reduce(acc_t (&acc)[M], float* out, float* re
 // first mv_dot rather than at their start.
 template <int T, int MAXM>
 __device__ constexpr bool mv_defers() {
-    return MAXM == 1 ? (int8_act<T>() ? MV_EARLY : MVF_EARLY) : MVB_EARLY;
+    return MAXM == 1 ? (int8_act<T>() || k_type<T>() ? MV_EARLY : MVF_EARLY) : MVB_EARLY;
 }
 
 // ldw loads 16 bytes of weights that are read once per step: through the
@@ -524,6 +524,14 @@ __device__ void matvec3(const void* x, const float2* ds, long long rowBytes, con
 #define GLU1_MINB 4
 #endif
 
+// mvk_dot is mv_dot for K-quant weights (matvec_k.cu): rows at row, their
+// super-blocks' headers at hdr and Q6_K's scales (Q2_K's d and dmin) at d6.
+template <int T, int M, int B, int NW, bool E>
+__device__ __forceinline__ void mvk_dot(acc_t (&acc)[NW][M], const signed char* qa, const void* ds,
+                                        const u8* const (&row)[NW], const uint4* const (&hdr)[NW],
+                                        const u16* const (&d6)[NW], int r0, int K, bool live, int sub, int nsub,
+                                        int early);
+
 // glu_pass: M activation rows against the gate and up rows of group g,
 // then the block's GLU_ROWS results through shared memory, so that each
 // warp writes (and quantizes, with qo set) one activation row's block.
@@ -540,10 +548,20 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
         bool live = j < N;
         u64 jr = live ? j : 0;
         const u8* rows[2] = {wg + jr * rowBytes, wu + jr * rowBytes};
-        const u16* sc[2] = {(const u16*)(wg + dOffG) + jr * (K >> 5) * scale_words<T>(),
-                            (const u16*)(wu + dOffU) + jr * (K >> 5) * scale_words<T>()};
         acc_t a[2][M];
-        mv_dot<T, M, B, 2, false, E>(a, x, ds, rows, sc, r0, K, live, sub, lpr, lr0 == 0 ? early : 0);
+        if constexpr (k_type<T>()) {
+            // K_A32's records: kernels.cu
+            u64 nsb = K >> 8, dw = T == W_Q2_K ? 2 : 1;
+            const uint4* hdr[2] = {(const uint4*)(wg + dOffG) + jr * nsb, (const uint4*)(wu + dOffU) + jr * nsb};
+            const u16* d6[2] = {(const u16*)(wg + dOffG + (u64)N * nsb * 16) + jr * nsb * dw,
+                                (const u16*)(wu + dOffU + (u64)N * nsb * 16) + jr * nsb * dw};
+            mvk_dot<T, M, B, 2, E>(a, (const signed char*)x, ds, rows, hdr, d6, r0, K, live, sub, lpr,
+                                   lr0 == 0 ? early : 0);
+        } else {
+            const u16* sc[2] = {(const u16*)(wg + dOffG) + jr * (K >> 5) * scale_words<T>(),
+                                (const u16*)(wu + dOffU) + jr * (K >> 5) * scale_words<T>()};
+            mv_dot<T, M, B, 2, false, E>(a, x, ds, rows, sc, r0, K, live, sub, lpr, lr0 == 0 ? early : 0);
+        }
 #pragma unroll
         for (int k = 0; k < M; k++)
             for (int o = lpr >> 1; o > 0; o >>= 1) {
@@ -581,7 +599,7 @@ __device__ void matvec_glu(float* out, float* gout, float* uout, signed char* qo
                            const float2* ds, const u8* wg, const u8* wu, long long rowBytes, long long dOffG,
                            long long dOffU, const int* meta, int which, int K, int N, int act) {
     int n = meta[which], groups = (N + GLU_ROWS - 1) / GLU_ROWS;
-    int chunks = T == W_Q4_0 ? K >> 5 : T == W_Q8_0 || T == W_Q8_A ? K >> 4 : T == W_F32 ? K >> 2 : K >> 3;
+    int chunks = T == W_Q4_0 || k_type<T>() ? K >> 5 : T == W_Q8_0 || T == W_Q8_A ? K >> 4 : T == W_F32 ? K >> 2 : K >> 3;
     int lpr = chunks <= 64 ? 16 : 32;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
         int early = mv_defers<T, MAXM>() && g == (int)blockIdx.x ? (TRIGGER_GLU ? 1 : 2) : 0;
@@ -706,14 +724,14 @@ MATVEC_GLU(matvec1_glu_bf16, W_BF16, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_q8_0, W_Q8_0, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_q4_0, W_Q4_0, 1, MV_BATCH)
 MATVEC_GLU(matvec1_glu_q8_a, W_Q8_A, 1, MV_BATCH)
-#define MATVEC1_GLU(name, T)                                                                                       \
+#define MATVEC1_GLU(name, T) MATVEC1_GLU_B(name, T, MV_BATCH)
+#define MATVEC1_GLU_B(name, T, B)                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * GLU1_WARPS, GLU1_MINB)                                       \
         name(float* out, float* gout, float* uout, signed char* qo, float2* dso, const void* x, const float2* ds,  \
              const u8* wg, const u8* wu, long long rowBytes, long long dOffG, long long dOffU, const int* meta,    \
              int which, int K, int N, int act) {                                                                   \
         PDL_DEFER_(TRIGGER_GLU, (mv_defers<T, 1>()));                                                            \
-        matvec_glu<T, 1, MV_BATCH>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, \
-                                   act);                                                                           \
+        matvec_glu<T, 1, B>(out, gout, uout, qo, dso, x, ds, wg, wu, rowBytes, dOffG, dOffU, meta, which, K, N, act); \
     }
 MATVEC1_GLU(matvec1w_glu_f32, W_F32)
 MATVEC1_GLU(matvec1w_glu_f16, W_F16)

@@ -6,16 +6,7 @@
 // super-blocks' quants (KQ bytes each), then from byte dOff a 16-byte
 // header per super-block, then for Q6_K an f16 scale per super-block.
 
-#define W_Q4_K 10
-#define W_Q5_K 11
-#define W_Q6_K 12
-// Q2_K, its levels as nibbles in Q4_K's order (kquant.go's repackQ2K), its
-// 16 scale bytes (4-bit scale, 4-bit min a 16 elements) the header, d and
-// dmin a u32 after the headers.
-#define W_Q2_K 13
-// IQ4_XS, its 4-bit codebook indices in Q4_K's order (kquant.go's
-// repackIQ4XS), the header d (f16) and the 8 scales ls - 32 as int8.
-#define W_IQ4_XS 14
+// The types (W_Q4_K ... W_IQ4_XS) are defined in kernels.cu.
 
 // iq4_map turns four codebook indices (0..15, one a byte) into IQ4_NL's
 // and IQ4_XS's int8 levels: a byte permute into each half of the table,
@@ -371,6 +362,12 @@ __device__ __forceinline__ void kq_chunk(int c, uint4 q, uint4 hb, int (&lo)[4],
         for (int k = 0; k < 4; k++) {
             lo[k] = (int)((qw[k] & 0x0f0f0f0fu) | (((hw[k] >> slo) & 0x03030303u) << 4));
             hi[k] = (int)(((qw[k] >> 4) & 0x0f0f0f0fu) | (((hw[k] >> shi) & 0x03030303u) << 4));
+#if K_A32
+            // q − 32 in each byte (q < 64): q + 128 − 32 borrows from no
+            // byte, and flipping the top bit takes the 128 back off.
+            lo[k] = (int)((((u32)lo[k] | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+            hi[k] = (int)((((u32)hi[k] | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+#endif
         }
     } else {
         // qs byte 32p + l holds element 64p + l (sub-block 2p) and 64p + 32 + l.
@@ -393,40 +390,57 @@ __device__ __forceinline__ void kq_chunk(int c, uint4 q, uint4 hb, int (&lo)[4],
     }
 }
 
-// mvk_pass: M rows of Q8_K activations against one K-quant weight row. A
-// lane takes chunks of 16 bytes of quants, 32 elements each; per
-// sub-block the integer dot product is scaled as the CPU backend does:
-// Q4_K/Q5_K d·da·Σ sc·(q·a) − dmin·da·Σ m·Σa, Q6_K d·da·Σ sc·(q·a − 32·Σa).
-// With E and early set, the thread issues its first batch of weight loads
-// and then waits for the kernel before (MVK_EARLY, as mvq_dot's early).
-template <int T, int M, bool E = false>
-__device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
-                                         const u8* row, const uint4* hdr, const u16* d6, const float* bias, int r0,
-                                         int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr,
-                                         int early = 0) {
+// mvk_dot: this thread's part of M activation rows against NW K-quant
+// weight rows of one shape (a gate and an up row: NW = 2), B chunks of
+// each in flight. A lane takes chunks of 16 bytes of quants, 32 elements
+// each (16 at elo and 16 at ehi of a super-block); per sub-block the
+// integer dot product is scaled by the weight's and the activations'
+// scales. Under K_A32 (kernels.cu) the activations are quantize_q8's
+// records ds (float2: d and d·Σq a 32): Q4_K/Q5_K d·Σ da·sc·(q·a) − dmin·Σ
+// m·(da·Σa), a chunk taking half of each sum of its two sub-blocks; Q6_K's
+// levels q − 32 as signed bytes (kq_chunk); Q2_K's minimums by the
+// chunk's own level sums. Else ds are Q8_K records (q8k_rec) and the
+// sums are the CPU backend's: Q4_K/Q5_K d·da·Σ sc·(q·a) − dmin·da·Σ m·Σa,
+// Q6_K d·da·Σ sc·(q·a − 32·Σa). With E and early set, the thread issues
+// its first batch of weight loads and then waits for the kernel before
+// (MVK_EARLY, as mvq_dot's early).
+template <int T, int M, int B, int NW, bool E>
+__device__ __forceinline__ void mvk_dot(acc_t (&acc)[NW][M], const signed char* qa, const void* dsv,
+                                        const u8* const (&row)[NW], const uint4* const (&hdr)[NW],
+                                        const u16* const (&d6)[NW], int r0, int K, bool live, int sub, int nsub,
+                                        int early) {
     const int KQ = kq_bytes<T>();
-    acc_t acc[M];
+#if K_A32
+    const float2* ds = (const float2*)dsv;
+#else
+    const q8k_rec* ds = (const q8k_rec*)dsv;
+#endif
 #pragma unroll
-    for (int k = 0; k < M; k++) acc[k] = 0.f;
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int k = 0; k < M; k++) acc[w][k] = 0.f;
     int nsb = K >> 8, nc = nsb * 8;
     if (live) {
-        for (int c0 = sub; c0 < nc; c0 += KV_BATCH * nsub) {
-            uint4 q[KV_BATCH], hb[KV_BATCH];
+        for (int c0 = sub; c0 < nc; c0 += B * nsub) {
+            uint4 q[NW][B], hb[NW][B];
 #pragma unroll
-            for (int u = 0; u < KV_BATCH; u++) {
+            for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
                 if (c >= nc) continue;
-                const u8* blk = row + (u64)(c >> 3) * KQ;
                 int cc = c & 7;
-                if constexpr (T == W_Q4_K || T == W_Q2_K || T == W_IQ4_XS) {
-                    q[u] = ldw<E>(blk + cc * 16);
-                    hb[u] = make_uint4(0, 0, 0, 0);
-                } else if constexpr (T == W_Q5_K) {
-                    q[u] = ldw<E>(blk + 32 + cc * 16);
-                    hb[u] = __ldg((const uint4*)(blk + (cc & 1) * 16));
-                } else {
-                    q[u] = ldw<E>(blk + cc * 16);
-                    hb[u] = __ldg((const uint4*)(blk + 128 + (cc >> 2) * 32 + (cc & 1) * 16));
+#pragma unroll
+                for (int w = 0; w < NW; w++) {
+                    const u8* blk = row[w] + (u64)(c >> 3) * KQ;
+                    if constexpr (T == W_Q4_K || T == W_Q2_K || T == W_IQ4_XS) {
+                        q[w][u] = ldw<E>(blk + cc * 16);
+                        hb[w][u] = make_uint4(0, 0, 0, 0);
+                    } else if constexpr (T == W_Q5_K) {
+                        q[w][u] = ldw<E>(blk + 32 + cc * 16);
+                        hb[w][u] = __ldg((const uint4*)(blk + (cc & 1) * 16));
+                    } else {
+                        q[w][u] = ldw<E>(blk + cc * 16);
+                        hb[w][u] = __ldg((const uint4*)(blk + 128 + (cc >> 2) * 32 + (cc & 1) * 16));
+                    }
                 }
             }
             if constexpr (E)
@@ -435,61 +449,81 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
                     early = 0;
                 }
 #pragma unroll
-            for (int u = 0; u < KV_BATCH; u++) {
+            for (int u = 0; u < B; u++) {
                 int c = c0 + u * nsub;
                 if (c >= nc) continue;
                 int sb = c >> 3, cc = c & 7;
-                int lo[4], hi[4], elo, ehi;
-                kq_chunk<T>(cc, q[u], hb[u], lo, hi, &elo, &ehi);
-                float d, dmin = 0.f;
-                int sclo, schi, mlo = 0, mhi = 0;
-                if constexpr (T == W_Q6_K) {
-                    const signed char* sc = (const signed char*)(hdr + sb);
-                    sclo = __ldg(sc + (elo >> 4));
-                    schi = __ldg(sc + (ehi >> 4));
-                    d = h2f(__ldg(d6 + sb));
-                } else if constexpr (T == W_IQ4_XS) {
-                    // the scales of the 32 elements at elo and at ehi; no min
-                    const signed char* sc = (const signed char*)(hdr + sb);
-                    sclo = __ldg(sc + 2 + (elo >> 5));
-                    schi = __ldg(sc + 2 + (ehi >> 5));
-                    d = h2f(__ldg((const u16*)(hdr + sb)));
-                } else if constexpr (T == W_Q2_K) {
-                    // scale and min of the 16 elements at elo and at ehi
-                    const u8* sc = (const u8*)(hdr + sb);
-                    int blo = __ldg(sc + (elo >> 4)), bhi = __ldg(sc + (ehi >> 4));
-                    sclo = blo & 15, mlo = blo >> 4, schi = bhi & 15, mhi = bhi >> 4;
-                    u32 dd = __ldg((const unsigned int*)d6 + sb);
-                    d = h2f((u16)(dd & 0xffff));
-                    dmin = h2f((u16)(dd >> 16));
-                } else {
-                    uint4 h = __ldg(hdr + sb);
-                    d = h2f((u16)(h.x & 0xffff));
-                    dmin = h2f((u16)(h.x >> 16));
-                    kscale_pair<T>(h, cc >> 1, &sclo, &mlo, &schi, &mhi);
-                }
 #pragma unroll
-                for (int k = 0; k < M; k++) {
-                    const signed char* x = qa + (u64)(r0 + k) * K + (u64)sb * 256;
-                    int4 xl = *(const int4*)(x + elo), xh = *(const int4*)(x + ehi);
-                    const q8k_rec* rec = ds + (u64)(r0 + k) * nsb + sb;
-                    float da = rec->d;
-                    int slo = rec->s[elo >> 4], shi = rec->s[ehi >> 4];
-                    int dl = dp4a(lo[0], xl.x, 0);
-                    dl = dp4a(lo[1], xl.y, dl);
-                    dl = dp4a(lo[2], xl.z, dl);
-                    dl = dp4a(lo[3], xl.w, dl);
-                    int dh = dp4a(hi[0], xh.x, 0);
-                    dh = dp4a(hi[1], xh.y, dh);
-                    dh = dp4a(hi[2], xh.z, dh);
-                    dh = dp4a(hi[3], xh.w, dh);
-                    // Under WEFT_EXACT the integer sums and fl32(d·da),
-                    // fl32(dmin·da) as float64: exact products.
+                for (int w = 0; w < NW; w++) {
+                    int lo[4], hi[4], elo, ehi;
+                    kq_chunk<T>(cc, q[w][u], hb[w][u], lo, hi, &elo, &ehi);
+                    float d, dmin = 0.f;
+                    int sclo, schi, mlo = 0, mhi = 0;
                     if constexpr (T == W_Q6_K) {
-                        acc[k] += (acc_t)(sclo * (dl - 32 * slo) + schi * (dh - 32 * shi)) * (acc_t)(d * da);
+                        const signed char* sc = (const signed char*)(hdr[w] + sb);
+                        sclo = __ldg(sc + (elo >> 4));
+                        schi = __ldg(sc + (ehi >> 4));
+                        d = h2f(__ldg(d6[w] + sb));
+                    } else if constexpr (T == W_IQ4_XS) {
+                        // the scales of the 32 elements at elo and at ehi; no min
+                        const signed char* sc = (const signed char*)(hdr[w] + sb);
+                        sclo = __ldg(sc + 2 + (elo >> 5));
+                        schi = __ldg(sc + 2 + (ehi >> 5));
+                        d = h2f(__ldg((const u16*)(hdr[w] + sb)));
+                    } else if constexpr (T == W_Q2_K) {
+                        // scale and min of the 16 elements at elo and at ehi
+                        const u8* sc = (const u8*)(hdr[w] + sb);
+                        int blo = __ldg(sc + (elo >> 4)), bhi = __ldg(sc + (ehi >> 4));
+                        sclo = blo & 15, mlo = blo >> 4, schi = bhi & 15, mhi = bhi >> 4;
+                        u32 dd = __ldg((const unsigned int*)d6[w] + sb);
+                        d = h2f((u16)(dd & 0xffff));
+                        dmin = h2f((u16)(dd >> 16));
                     } else {
-                        acc[k] += (acc_t)(sclo * dl + schi * dh) * (acc_t)(d * da) -
-                                  (acc_t)(mlo * slo + mhi * shi) * (acc_t)(dmin * da);
+                        uint4 h = __ldg(hdr[w] + sb);
+                        d = h2f((u16)(h.x & 0xffff));
+                        dmin = h2f((u16)(h.x >> 16));
+                        kscale_pair<T>(h, cc >> 1, &sclo, &mlo, &schi, &mhi);
+                    }
+#pragma unroll
+                    for (int k = 0; k < M; k++) {
+                        u64 at = (u64)(r0 + k) * K + (u64)sb * 256;
+                        const signed char* x = qa + at;
+                        int4 xl = *(const int4*)(x + elo), xh = *(const int4*)(x + ehi);
+                        int dl = dp4a(lo[0], xl.x, 0);
+                        dl = dp4a(lo[1], xl.y, dl);
+                        dl = dp4a(lo[2], xl.z, dl);
+                        dl = dp4a(lo[3], xl.w, dl);
+                        int dh = dp4a(hi[0], xh.x, 0);
+                        dh = dp4a(hi[1], xh.y, dh);
+                        dh = dp4a(hi[2], xh.z, dh);
+                        dh = dp4a(hi[3], xh.w, dh);
+#if K_A32
+                        float2 alo = ds[(at + elo) >> 5], ahi = ds[(at + ehi) >> 5];
+                        float s = (float)(sclo * dl) * alo.x + (float)(schi * dh) * ahi.x;
+                        if constexpr (T == W_Q4_K || T == W_Q5_K) {
+                            // each of the sub-blocks' two chunks takes half its min term
+                            acc[w][k] += d * s - (0.5f * dmin) * ((float)mlo * alo.y + (float)mhi * ahi.y);
+                        } else if constexpr (T == W_Q2_K) {
+                            const int ones = 0x01010101;
+                            int sl = dp4a(ones, xl.x, dp4a(ones, xl.y, dp4a(ones, xl.z, dp4a(ones, xl.w, 0))));
+                            int sh = dp4a(ones, xh.x, dp4a(ones, xh.y, dp4a(ones, xh.z, dp4a(ones, xh.w, 0))));
+                            acc[w][k] += d * s - dmin * ((float)(mlo * sl) * alo.x + (float)(mhi * sh) * ahi.x);
+                        } else {
+                            acc[w][k] += d * s;
+                        }
+#else
+                        const q8k_rec* rec = ds + (u64)(r0 + k) * nsb + sb;
+                        float da = rec->d;
+                        int slo = rec->s[elo >> 4], shi = rec->s[ehi >> 4];
+                        // Under WEFT_EXACT the integer sums and fl32(d·da),
+                        // fl32(dmin·da) as float64: exact products.
+                        if constexpr (T == W_Q6_K) {
+                            acc[w][k] += (acc_t)(sclo * (dl - 32 * slo) + schi * (dh - 32 * shi)) * (acc_t)(d * da);
+                        } else {
+                            acc[w][k] += (acc_t)(sclo * dl + schi * dh) * (acc_t)(d * da) -
+                                         (acc_t)(mlo * slo + mhi * shi) * (acc_t)(dmin * da);
+                        }
+#endif
                     }
                 }
             }
@@ -497,7 +531,21 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
     }
     if constexpr (E)
         if (early) pdl_late(early == 1); // no chunk of its own: the thread still waits
-    mv_reduce<M>(acc, out, resid, bias, r0, j, N, live, wpr, lpr); // matvec.cu
+}
+
+// mvk_pass: M activation rows against one K-quant weight row (mvk_dot),
+// the results written.
+template <int T, int M, bool E = false>
+__device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed char* qa, const void* ds,
+                                         const u8* row, const uint4* hdr, const u16* d6, const float* bias, int r0,
+                                         int K, int N, int j, bool live, int sub, int nsub, int wpr, int lpr,
+                                         int early = 0) {
+    acc_t acc[1][M];
+    const u8* rows[1] = {row};
+    const uint4* hdrs[1] = {hdr};
+    const u16* d6s[1] = {d6};
+    mvk_dot<T, M, KV_BATCH, 1, E>(acc, qa, ds, rows, hdrs, d6s, r0, K, live, sub, nsub, early);
+    mv_reduce<M>(acc[0], out, resid, bias, r0, j, N, live, wpr, lpr); // matvec.cu
 }
 
 // mvk_group computes output rows [g*rpb, g*rpb+rpb) of one K-quant
@@ -508,7 +556,7 @@ __device__ __forceinline__ void mvk_pass(float* out, float* resid, const signed 
 // only that pass's registers. first: g is the block's first group (of
 // every weight of its launch), in which it waits for the kernel before.
 template <int T, int MAXM>
-__device__ __forceinline__ void mvk_group(float* out, float* resid, const signed char* qa, const q8k_rec* ds,
+__device__ __forceinline__ void mvk_group(float* out, float* resid, const signed char* qa, const void* ds,
                                           const u8* w, long long rowBytes, long long dOff, const float* bias, int n,
                                           int K, int N, int rpb, int g, bool first) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -553,7 +601,7 @@ __device__ __forceinline__ void mvk_group(float* out, float* resid, const signed
 // matvec1_q*_k and matvec_q*_k (matvec1_q6_k 64 → 66 registers, past the
 // 8 blocks a multiprocessor its grid assumes).
 template <int T, int MAXM = 8>
-__device__ void matvec_k(float* out, float* resid, const signed char* qa, const q8k_rec* ds, const u8* w,
+__device__ void matvec_k(float* out, float* resid, const signed char* qa, const void* ds, const u8* w,
                          long long rowBytes, long long dOff, const float* bias, const int* meta, int which, int K,
                          int N, int rpb) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -600,7 +648,7 @@ __device__ void matvec_k(float* out, float* resid, const signed char* qa, const 
 // and v, or its gate and up) in one launch, whose groups of rpb rows run
 // over the weights' rows in turn. A weight with N = 0 is absent.
 template <int T, int MAXM>
-__device__ void matvec3_k(const signed char* qa, const q8k_rec* ds, long long rowBytes, const int* meta, int which,
+__device__ void matvec3_k(const signed char* qa, const void* ds, long long rowBytes, const int* meta, int which,
                           int K, int rpb, float* out0, const u8* w0, long long dOff0, const float* bias0, int N0,
                           float* out1, const u8* w1, long long dOff1, const float* bias1, int N1, float* out2,
                           const u8* w2, long long dOff2, const float* bias2, int N2) {
@@ -640,7 +688,7 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
         const float *bias, const int *meta, int which, int K, int N, int rpb
 #define MVK_CALL(T, MAXM)                                                                                          \
     PDL_DEFER_(TRIGGER_MV, MVK_EARLY);                                                                           \
-    matvec_k<T, MAXM>(out, resid, (const signed char*)x, (const q8k_rec*)ds, w, rowBytes, dOff, bias, meta, which, K, N, \
+    matvec_k<T, MAXM>(out, resid, (const signed char*)x, ds, w, rowBytes, dOff, bias, meta, which, K, N,          \
                       rpb)
 #define MVK3_ARGS                                                                                                  \
     const void *x, const void *ds, long long rowBytes, const int *meta, int which, int K, int rpb, float *out0,    \
@@ -648,7 +696,7 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
         const float *bias1, int N1, float *out2, const u8 *w2, long long dOff2, const float *bias2, int N2
 #define MVK3_CALL(T, MAXM)                                                                                         \
     PDL_DEFER_(TRIGGER_MV, MVK_EARLY);                                                                           \
-    matvec3_k<T, MAXM>((const signed char*)x, (const q8k_rec*)ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0,  \
+    matvec3_k<T, MAXM>((const signed char*)x, ds, rowBytes, meta, which, K, rpb, out0, w0, dOff0,                  \
                        bias0, N0, out1, w1, dOff1, bias1, N1, out2, w2, dOff2, bias2, N2)
 #define EMK_ARGS float *out, const u8 *w, long long rowBytes, long long dOff, const int *meta, const int *tokens, int cols, float scale
 #define DQK_ARGS u16 *out, const u8 *w, long long rowBytes, long long dOff, int N, int K
@@ -656,13 +704,13 @@ __device__ void deq_f16_k(u16* out, const u8* w, long long rowBytes, long long d
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K, 8); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K, 8); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K, 8); }
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K, 1); }
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K, 1); }
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec1_q4_k(MVK_ARGS) { MVK_CALL(W_Q4_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec1_q5_k(MVK_ARGS) { MVK_CALL(W_Q5_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec1_q6_k(MVK_ARGS) { MVK_CALL(W_Q6_K, 1); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_q2_k(MVK_ARGS) { MVK_CALL(W_Q2_K, 8); }
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_q2_k(MVK_ARGS) { MVK_CALL(W_Q2_K, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec1_q2_k(MVK_ARGS) { MVK_CALL(W_Q2_K, 1); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec_iq4_xs(MVK_ARGS) { MVK_CALL(W_IQ4_XS, 8); }
-extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec1_iq4_xs(MVK_ARGS) { MVK_CALL(W_IQ4_XS, 1); }
+extern "C" __global__ __launch_bounds__(32 * MV_WARPS, 8) void matvec1_iq4_xs(MVK_ARGS) { MVK_CALL(W_IQ4_XS, 1); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_q4_k(MVK3_ARGS) { MVK3_CALL(W_Q4_K, 8); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_q5_k(MVK3_ARGS) { MVK3_CALL(W_Q5_K, 8); }
 extern "C" __global__ __launch_bounds__(32 * MV_WARPS) void matvec3_q6_k(MVK3_ARGS) { MVK3_CALL(W_Q6_K, 8); }
@@ -685,3 +733,27 @@ extern "C" __global__ void deq_f16_q5_k(DQK_ARGS) { PDL; deq_f16_k<W_Q5_K>(out, 
 extern "C" __global__ void deq_f16_q6_k(DQK_ARGS) { PDL; deq_f16_k<W_Q6_K>(out, w, rowBytes, dOff, N, K); }
 extern "C" __global__ void deq_f16_q2_k(DQK_ARGS) { PDL; deq_f16_k<W_Q2_K>(out, w, rowBytes, dOff, N, K); }
 extern "C" __global__ void deq_f16_iq4_xs(DQK_ARGS) { PDL; deq_f16_k<W_IQ4_XS>(out, w, rowBytes, dOff, N, K); }
+
+// The gate and up products fused with the GLU (matvec.cu's matvec_glu,
+// glu_pass through mvk_dot), for K_A32's activations only: the plan fuses
+// them where it reads those (plan.go's kA32). K_GLU_BATCH chunks of each
+// row in flight a lane (the two rows' quants and high bits held at once).
+#ifndef K_GLU_BATCH
+#define K_GLU_BATCH 2
+#endif
+MATVEC_GLU(matvec_glu_q4_k, W_Q4_K, MVR, K_GLU_BATCH)
+MATVEC_GLU(matvec_glu_q5_k, W_Q5_K, MVR, K_GLU_BATCH)
+MATVEC_GLU(matvec_glu_q6_k, W_Q6_K, MVR, K_GLU_BATCH)
+MATVEC_GLU(matvec_glu_q2_k, W_Q2_K, MVR, K_GLU_BATCH)
+MATVEC_GLU(matvec_glu_iq4_xs, W_IQ4_XS, MVR, K_GLU_BATCH)
+MATVEC_GLU(matvec1_glu_q4_k, W_Q4_K, 1, K_GLU_BATCH)
+MATVEC_GLU(matvec1_glu_q5_k, W_Q5_K, 1, K_GLU_BATCH)
+MATVEC_GLU(matvec1_glu_q6_k, W_Q6_K, 1, K_GLU_BATCH)
+MATVEC_GLU(matvec1_glu_q2_k, W_Q2_K, 1, K_GLU_BATCH)
+MATVEC_GLU(matvec1_glu_iq4_xs, W_IQ4_XS, 1, K_GLU_BATCH)
+#define MATVEC1_GLU_K(name, T) MATVEC1_GLU_B(name, T, K_GLU_BATCH)
+MATVEC1_GLU_K(matvec1w_glu_q4_k, W_Q4_K)
+MATVEC1_GLU_K(matvec1w_glu_q5_k, W_Q5_K)
+MATVEC1_GLU_K(matvec1w_glu_q6_k, W_Q6_K)
+MATVEC1_GLU_K(matvec1w_glu_q2_k, W_Q2_K)
+MATVEC1_GLU_K(matvec1w_glu_iq4_xs, W_IQ4_XS)

@@ -155,6 +155,9 @@ func compileOptions(t target) []string {
 	if kHeadGGML {
 		opts = append(opts, "-DKHEAD_GGML=1") // kquant.go's upload keeps the file's header order
 	}
+	if kActQ8K && !t.exact {
+		opts = append(opts, "-DK_A32=0") // the plan's kA32 is off with it
+	}
 	// WEFT_CUDA_LATE: kernel classes (all, glu, mv: the other products,
 	// K-quants included; attn) that let the next launch start only as
 	// their blocks leave (kernels.cu's PDL_* and TRIGGER_*), for
@@ -175,9 +178,10 @@ func envDefines(s string) []string {
 	var opts []string
 	for d := range strings.SplitSeq(s, ",") {
 		name, value, _ := strings.Cut(d, "=")
-		if !macroName.MatchString(name) || !macroValue.MatchString(value) || name == "WEFT_EXACT" {
-			// WEFT_EXACT changes what the plan must upload and launch
-			// (Backend.exact): only WEFT_CUDA_EXACT sets it.
+		if !macroName.MatchString(name) || !macroValue.MatchString(value) || name == "WEFT_EXACT" || name == "K_A32" {
+			// WEFT_EXACT and K_A32 change what the plan must upload
+			// and launch (Backend.exact, planOptions.kA32): only
+			// WEFT_CUDA_EXACT and WEFT_CUDA_KACT set them.
 			continue
 		}
 		opts = append(opts, "-D"+d)

@@ -45,14 +45,15 @@ func withoutOne(c cond) cond {
 // type's (quant): it keeps rowsPerBlock's rows a block (and MV_BATCH loads
 // in flight) rather than half a warp a row (oneRowRowsPerBlock), comes
 // for launches of any size and runs oneRowQuantGrid blocks a
-// multiprocessor. The K-quants (plain) have the plain and grouped
-// products' twins (matvec1_q*_k, matvec13_q*_k), no GLU's: their GLU is
-// not fused. matvec1_q*_k keeps 48-64 registers where matvec_q*_k take
-// 80-144 (NVRTC 11.8).
+// multiprocessor. The K-quants (kq) have twins for every kind
+// (matvec1_q*_k, matvec13_q*_k, matvec1_glu_q*_k, matvec1w_glu_q*_k, the
+// GLU's where their products read Q4_0's activations, planOptions.kA32),
+// and their grouped twins keep rowsPerBlock. matvec1_q*_k keeps 47-64
+// registers where matvec_q*_k take 96-128 (NVRTC 11.8).
 var oneRowTypes = map[string]struct {
 	chunks func(k int) int
 	quant  bool
-	plain  bool
+	kq     bool
 }{
 	"f32":    {func(k int) int { return k / 4 }, false, false},
 	"f16":    {func(k int) int { return k / 8 }, false, false},
@@ -122,7 +123,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		kind, typ = "matvec_glu", typ[len("glu_"):]
 	}
 	ty, known := oneRowTypes[typ]
-	if !ok || !known || ty.plain && kind == "matvec_glu" {
+	if !ok || !known {
 		return call{}, false
 	}
 	rowsPer, grid := oneRowRowsPerBlock, mvGridPerSM
@@ -169,7 +170,7 @@ func oneRowTwin(c call, opt planOptions) (call, bool) {
 		}
 		// mvq's twins take a warp a row where those groups fit one
 		// round of the grid, else half a warp (oneRoundRPB).
-		if ty.quant && !ty.plain && opt.twinRPB == 0 && opt.twin13RPB == 0 && rpb >= 4 {
+		if ty.quant && !ty.kq && opt.twinRPB == 0 && opt.twin13RPB == 0 && rpb >= 4 {
 			rpb = 4
 			if groups(4) > grid*opt.sms {
 				rpb = oneRoundRPB

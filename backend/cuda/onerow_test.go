@@ -81,7 +81,7 @@ func TestOneRowTwin(t *testing.T) {
 		glu("f16", 4096, 2560),              // 40 MiB: gate and up both count
 		glu("bf16", 4096, 14336),            // the 8B GLU, 224 MiB (wide if it had a twin)
 		mv3("bf16", 4096, 4096, 1024, 1024), // the 8B q, k and v, 48 MiB
-		{kernel: "matvec_q4_k", cond: large}, {kernel: "matvec_glu_q4_k", cond: small},
+		{kernel: "matvec_q4_k", cond: large}, {kernel: "matvec_glu_q4_k", cond: large},
 		{kernel: "matvec_bf16", cond: large}, {kernel: "rmsnorm_q8", cond: small},
 		{kernel: "mmq_q4_0", cond: large},
 	} {

@@ -324,6 +324,11 @@ type planOptions struct {
 	// (WEFT_CUDA_EXACT=1): attention runs the one-block-a-head kernel,
 	// whose float64 merge takes twice the shared memory.
 	exact bool
+	// kA32: K-quant products read the int8 activations of Q4_0's (a
+	// scale and a level sum a 32, kernels.cu's K_A32), so their inputs
+	// are quantized as Q4_0's and their gate and up products fuse with
+	// the GLU; false (exact, or kActQ8K): Q8_K records (kquant.go).
+	kA32 bool
 	// splitKeys is the cache positions per split of decode attention
 	// (0: attSplitKeys, below 0: no split kernel); tests set it low to
 	// split short caches.
@@ -515,7 +520,7 @@ func plan(p *backend.Program, opt planOptions) (*planned, error) {
 			}
 		default:
 			st.fuse, st.fused = q8Consumer(p, pl, i, opt), false
-			st.fuseK = st.fuse != nil && kLayouts[pl.mats[p.Ops[i+1].W].typ] != nil
+			st.fuseK = st.fuse != nil && !opt.kA32 && kLayouts[pl.mats[p.Ops[i+1].W].typ] != nil
 			calls, err = planOp(p, pl, st, op, opt, backend.BufID(-1))
 			if err == nil && st.fused {
 				out, _ := opOutput(op)

@@ -12,8 +12,9 @@ import (
 // input become one launch on the matrix-vector path: q, k and v
 // (matvec3_*), and gate and up together with the GLU after them
 // (matvec_glu_*), which also quantizes its output for the down product.
-// K-quant weights group too (matvec3_q*_k: q, k and v; gate and up), but
-// their GLU keeps its launch (glu_q8k).
+// K-quant weights group too (matvec3_q*_k); where they read Q4_0's int8
+// activations (planOptions.kA32) their gate and up fuse with the GLU as
+// well (matvec_glu_q*_k), else their GLU keeps its launch (glu_q8k).
 // Each op is still checked, and planned for large batches, on its own.
 
 // groupable returns how many products from op i on (2 or 3) can share one
@@ -141,9 +142,10 @@ func gluFusable(p *backend.Program, pl *planned, i int, opt planOptions) bool {
 	gate, up, glu := &p.Ops[i], &p.Ops[i+1], &p.Ops[i+2]
 	mg, ok1 := productWeight(p, pl, gate)
 	mu, ok2 := productWeight(p, pl, up)
-	// K-quant gate and up products group (matvec3_q*_k) but have no GLU
-	// kernel: their GLU stays glu_q8k, which quantizes for a K-quant down.
-	if !ok1 || !ok2 || kLayouts[mg.typ] != nil || glu.Kind != backend.OpGLU || up.A != gate.A || up.Out == gate.Out || up.Out == gate.A ||
+	// K-quant gate and up products on Q8_K records group (matvec3_q*_k)
+	// but have no GLU kernel: their GLU stays glu_q8k, which quantizes for
+	// a K-quant down.
+	if !ok1 || !ok2 || (kLayouts[mg.typ] != nil && !opt.kA32) || glu.Kind != backend.OpGLU || up.A != gate.A || up.Out == gate.Out || up.Out == gate.A ||
 		gate.Bias != backend.NoWeight || up.Bias != backend.NoWeight || mg.typ != mu.typ || mg.cols != mu.cols || mg.rows != mu.rows ||
 		up.OnSelected != gate.OnSelected || glu.OnSelected != gate.OnSelected || gate.Head || up.Head || glu.Head ||
 		glu.A != gate.Out || glu.B != up.Out || glu.Out < 0 || int(glu.Out) >= len(p.Bufs) || glu.Out == gate.A ||
@@ -158,9 +160,9 @@ func gluFusable(p *backend.Program, pl *planned, i int, opt planOptions) bool {
 	if mmqUsable(mg, opt) {
 		return false
 	}
-	// A K-quant product after the GLU reads Q8_K rows the fused kernel
-	// does not write (its glu_q8k does).
-	if next := i + 3; next < len(p.Ops) && p.Ops[next].Kind == backend.OpMatMul && p.Ops[next].A == glu.Out &&
+	// A K-quant product after the GLU on Q8_K records reads rows the fused
+	// kernel does not write (its glu_q8k does).
+	if next := i + 3; !opt.kA32 && next < len(p.Ops) && p.Ops[next].Kind == backend.OpMatMul && p.Ops[next].A == glu.Out &&
 		p.Ops[next].W >= 0 && int(p.Ops[next].W) < len(pl.mats) && kLayouts[pl.mats[p.Ops[next].W].typ] != nil {
 		return false
 	}
