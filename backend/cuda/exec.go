@@ -245,7 +245,7 @@ func hasPrefixIn(name, list string) bool {
 // envPlanOptions are the plan options the environment sets, most of them
 // for comparisons (README lists them).
 func envPlanOptions() planOptions {
-	return planOptions{splitKeys: attentionSplitKeys(), noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0",
+	return planOptions{splitKeys: attentionSplitKeys(), noOneRow: os.Getenv("WEFT_CUDA_ONEROW") == "0", noKGLU: os.Getenv("WEFT_CUDA_KGLU") == "0",
 		gluWarps: envInt("WEFT_CUDA_GLU_WARPS"), attnSync: os.Getenv("WEFT_CUDA_ATTN_SYNC") == "1",
 		attnWide: os.Getenv("WEFT_CUDA_ATTN_GENERAL") == "1", attnLane: os.Getenv("WEFT_CUDA_ATTN_LANE") == "1",
 		attnSingle: os.Getenv("WEFT_CUDA_ATTN_SINGLE") == "1", attnGroups: envInt("WEFT_CUDA_ATTN_GROUPS"),

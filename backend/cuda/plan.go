@@ -328,7 +328,8 @@ type planOptions struct {
 	// scale and a level sum a 32, kernels.cu's K_A32), so their inputs
 	// are quantized as Q4_0's and their gate and up products fuse with
 	// the GLU; false (exact, or kActQ8K): Q8_K records (kquant.go).
-	kA32 bool
+	kA32   bool
+	noKGLU bool // K-quant gate and up stay apart from their GLU under kA32 too (WEFT_CUDA_KGLU=0, for comparisons)
 	// splitKeys is the cache positions per split of decode attention
 	// (0: attSplitKeys, below 0: no split kernel); tests set it low to
 	// split short caches.

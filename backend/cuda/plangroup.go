@@ -145,7 +145,7 @@ func gluFusable(p *backend.Program, pl *planned, i int, opt planOptions) bool {
 	// K-quant gate and up products on Q8_K records group (matvec3_q*_k)
 	// but have no GLU kernel: their GLU stays glu_q8k, which quantizes for
 	// a K-quant down.
-	if !ok1 || !ok2 || (kLayouts[mg.typ] != nil && !opt.kA32) || glu.Kind != backend.OpGLU || up.A != gate.A || up.Out == gate.Out || up.Out == gate.A ||
+	if !ok1 || !ok2 || (kLayouts[mg.typ] != nil && (!opt.kA32 || opt.noKGLU)) || glu.Kind != backend.OpGLU || up.A != gate.A || up.Out == gate.Out || up.Out == gate.A ||
 		gate.Bias != backend.NoWeight || up.Bias != backend.NoWeight || mg.typ != mu.typ || mg.cols != mu.cols || mg.rows != mu.rows ||
 		up.OnSelected != gate.OnSelected || glu.OnSelected != gate.OnSelected || gate.Head || up.Head || glu.Head ||
 		glu.A != gate.Out || glu.B != up.Out || glu.Out < 0 || int(glu.Out) >= len(p.Bufs) || glu.Out == gate.A ||
