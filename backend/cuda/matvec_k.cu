@@ -738,8 +738,14 @@ extern "C" __global__ void deq_f16_iq4_xs(DQK_ARGS) { PDL; deq_f16_k<W_IQ4_XS>(o
 // glu_pass through mvk_dot), for K_A32's activations only: the plan fuses
 // them where it reads those (plan.go's kA32). K_GLU_BATCH chunks of each
 // row in flight a lane (the two rows' quants and high bits held at once).
+// One, against two (H100, same call, tg128 drawn): 8B Q4_K 440.3 against
+// 429.3, Q5_K 326.6 against 288.9 (two spilled: NVRTC 11.8 gave the wide
+// Q5_K kernel 92 bytes of spills at 64 registers), Q6_K 324.5 against
+// 311.9; 1B Q4_K 1,843 against 1,850, Q5_K 1,489 against 1,396, Q6_K
+// 1,460 against 1,443. Unfused (WEFT_CUDA_KGLU=0: gate and up grouped,
+// then glu_q8) the GLU lost everywhere: 8B Q4_K 382.6, 1B 1,637.
 #ifndef K_GLU_BATCH
-#define K_GLU_BATCH 2
+#define K_GLU_BATCH 1
 #endif
 MATVEC_GLU(matvec_glu_q4_k, W_Q4_K, MVR, K_GLU_BATCH)
 MATVEC_GLU(matvec_glu_q5_k, W_Q5_K, MVR, K_GLU_BATCH)
