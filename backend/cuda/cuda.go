@@ -179,7 +179,7 @@ func (b *Backend) load(n *nvrtcAPI, arch int) error {
 	if r := d.cuCtxSetCurrent(b.ctx); r != 0 {
 		return fmt.Errorf("cuCtxSetCurrent: %w", d.err(r))
 	}
-	image, t, path, err := module(n, arch, d.version, b.exact)
+	image, t, path, err := module(n, arch, d.version, b.exact, kActQ8K)
 	if err != nil {
 		return err
 	}

@@ -47,16 +47,17 @@ type kLayout struct {
 // KHEAD_GGML, so the kernels read what was uploaded).
 var kHeadGGML = os.Getenv("WEFT_CUDA_KHEAD") == "ggml"
 
-// kActQ8K keeps the K-quant products on ggml's Q8_K activation records
-// outside the exact contract too (WEFT_CUDA_KACT=q8k, for comparisons;
-// compileOptions then defines K_A32=0). By default they read the int8
-// records of Q4_0's products (kernels.cu's K_A32; planOptions.kA32).
+// kActQ8K keeps the K-quant products of a backend opened while it is set
+// on ggml's Q8_K activation records outside the exact contract too
+// (WEFT_CUDA_KACT=q8k, for comparisons; its target then defines K_A32=0).
+// By default they read the int8 records of Q4_0's products (kernels.cu's
+// K_A32; planOptions.kA32).
 var kActQ8K = os.Getenv("WEFT_CUDA_KACT") == "q8k"
 
 // kA32 says whether b's K-quant products read Q4_0's int8 activations
 // (planOptions.kA32): not under the exact contract, whose CPU products
-// read Q8_K records, nor with kActQ8K.
-func (b *Backend) kA32() bool { return !b.exact && !kActQ8K }
+// read Q8_K records, nor where b was opened with kActQ8K.
+func (b *Backend) kA32() bool { return !b.exact && !b.target.kq8k }
 
 // pairScales rewrites the twelve scale bytes s of a Q4_K or Q5_K header
 // (ggml's packing, quant.ScaleMinK4: sub-blocks 0-3 in the low six bits

@@ -77,14 +77,13 @@ func TestKQuantMatVec(t *testing.T) {
 // roundings' difference (~0.6 % of ‖y‖ for these uniform inputs); their
 // sums are checked to float32 rounding by TestKQuantMatVec.
 func kquantCases() []opCase {
-	// Under kA32 a chain that quantizes twice or more before a K-quant
-	// product moves further: the CPU's per-256 levels of a GLU's
-	// heavy-tailed outputs are coarse (H100: fused-gateup up to 2.6e-2,
-	// fused-q8k, through the attention, up to 7.9e-2). TestKQuantGLU
+	// Under kA32 a chain that quantizes twice before a K-quant product
+	// moves further: the CPU's per-256 levels of a GLU's heavy-tailed
+	// outputs are coarse (H100: fused-gateup up to 2.7e-2). TestKQuantGLU
 	// checks the fused GLU against its own rounding to 1e-3.
 	kTol, kChainTol := 1e-5, 3e-3
 	if !exactOn() && !kActQ8K {
-		kTol, kChainTol = 2e-2, 0.15
+		kTol, kChainTol = 2e-2, 5e-2
 	}
 	var cases []opCase
 	matmul := func(name string, maxRows, k, out int, tol float64, w func(b *progBuilder, n, k int) backend.WeightID, bias bool) opCase {
@@ -168,9 +167,12 @@ func kquantCases() []opCase {
 	}
 	// A norm and a GLU quantize their outputs as Q8_K for the product
 	// after them; attention leaves it to the product. As for fused-q8,
-	// the chain moves some activations across a level.
+	// the chain moves some activations across a level. TestKQuantOps runs
+	// these on a backend opened with kActQ8K, as the CPU quantizes: on
+	// per-32 levels the attention amplifies the two roundings' difference
+	// (H100: up to 0.28).
 	for _, maxRows := range []int{5, 8} {
-		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8k/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: kChainTol,
+		cases = append(cases, opCase{name: fmt.Sprintf("fused-q8k/%d", maxRows), maxRows: maxRows, slots: 2, context: 40, vocab: 64, tol: 3e-3,
 			build: func(b *progBuilder, out backend.BufID) { kChain(b, out, 40) }})
 	}
 	for _, bits := range []int{4, 8} {
@@ -183,13 +185,27 @@ func kquantCases() []opCase {
 
 func TestKQuantOps(t *testing.T) {
 	gpu := newGPU(t)
+	var kgpu *Backend
+	q8k := func() *Backend { // closed at the end of the test, not of a subtest
+		if kgpu == nil {
+			saved := kActQ8K
+			kActQ8K = true
+			kgpu = newGPU(t)
+			kActQ8K = saved
+		}
+		return kgpu
+	}
 	for i, tc := range kquantCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newProg(t, uint64(i+1), tc.maxRows, tc.slots, tc.context, tc.vocab)
 			out := b.buf(tc.vocab)
 			b.p.Logits = out
 			tc.build(b, out)
-			compareWithCPU(t, gpu, b.p, 20, tc.selected, tc.tol)
+			be := gpu
+			if strings.HasPrefix(tc.name, "fused-q8k/") && gpu.kA32() {
+				be = q8k()
+			}
+			compareWithCPU(t, be, b.p, 20, tc.selected, tc.tol)
 		})
 	}
 }
@@ -199,19 +215,19 @@ func TestKQuantOps(t *testing.T) {
 // kA32) and the down product after them against a float64 reference that
 // quantizes as the GPU does: the input and the GLU's output per 32
 // (quantizeQ8Ref). The sums differ from it only in float32 order, which
-// can move a GLU output across an int8 level: 1e-3. 8,480 rows are 265
+// can move a GLU output across an int8 level: 1e-3. 8,704 rows are 272
 // GLU groups, past two a multiprocessor on an H100: the wide twin.
 func TestKQuantGLU(t *testing.T) {
 	gpu := newGPU(t)
 	if !gpu.kA32() {
 		t.Skip("the K-quant GLU is fused only on Q4_0's int8 activations (kA32)")
 	}
-	const k, vocab, maxRows = 256, 11, 6
+	const k, vocab, maxRows = 256, 40, 6
 	for _, tc := range []struct {
 		typ, down string
 		n         int
 	}{{"Q4_K", "Q6_K", 768}, {"Q5_K", "Q5_K", 512}, {"Q6_K", "Q4_K", 768}, {"Q2_K", "Q2_K", 512}, {"IQ4_XS", "IQ4_XS", 512},
-		{"Q4_K", "Q4_K", 8480}, {"Q5_K", "Q6_K", 8480}} {
+		{"Q4_K", "Q4_K", 8704}, {"Q5_K", "Q6_K", 8704}} {
 		t.Run(fmt.Sprintf("%s/%s/%d", tc.typ, tc.down, tc.n), func(t *testing.T) {
 			b := newProg(t, 3, maxRows, 1, 64, 40)
 			x, g, u, h, out := b.buf(k), b.buf(tc.n), b.buf(tc.n), b.buf(tc.n), b.buf(40)

@@ -115,6 +115,7 @@ type target struct {
 	arch  int  // 90 for compute capability 9.0
 	cubin bool // false: PTX
 	exact bool // kernels.cu's WEFT_EXACT: the CPU backend's exact contract
+	kq8k  bool // K_A32=0: K-quant products on Q8_K records (kActQ8K when the backend opened)
 }
 
 func (t target) option() string {
@@ -155,7 +156,7 @@ func compileOptions(t target) []string {
 	if kHeadGGML {
 		opts = append(opts, "-DKHEAD_GGML=1") // kquant.go's upload keeps the file's header order
 	}
-	if kActQ8K && !t.exact {
+	if t.kq8k && !t.exact {
 		opts = append(opts, "-DK_A32=0") // the plan's kA32 is off with it
 	}
 	// WEFT_CUDA_LATE: kernel classes (all, glu, mv: the other products,
@@ -221,7 +222,7 @@ func cacheDir() (string, error) {
 // from the cache when present (then cached is its path, so a stale file can
 // be replaced), else compiled by NVRTC and stored. A cache that cannot be
 // written is skipped, not an error.
-func module(n *nvrtcAPI, arch, driverVersion int, exact bool) (image []byte, t target, cached string, err error) {
+func module(n *nvrtcAPI, arch, driverVersion int, exact, kq8k bool) (image []byte, t target, cached string, err error) {
 	supported, err := n.archs()
 	if err != nil {
 		return nil, target{}, "", err
@@ -229,7 +230,7 @@ func module(n *nvrtcAPI, arch, driverVersion int, exact bool) (image []byte, t t
 	if t, err = chooseTarget(arch, supported); err != nil {
 		return nil, t, "", err
 	}
-	t.exact = exact
+	t.exact, t.kq8k = exact, kq8k
 	path := ""
 	if dir, err := cacheDir(); err == nil {
 		path = filepath.Join(dir, cacheKey(kernelSource, t, driverVersion, n.version))
