@@ -891,7 +891,8 @@ const firstMaxHeadDim = 64
 // 128-dim heads keep none. Batches of several rows take the same twins
 // (not measured).
 //
-// A plan with K-quant products (matvec_k.cu: their norms are rmsnorm_q8k,
+// A plan with K-quant products on Q8_K records (kA32 off: the exact
+// kernels, WEFT_CUDA_KACT=q8k; matvec_k.cu: their norms are rmsnorm_q8k,
 // their o product's input is quantized after the attention by
 // quantize_q8k and their GLU is glu_q8k) takes other twins, whatever its
 // heads: quantize_q8k's and glu_q8k's, so that the o and down products
@@ -906,7 +907,9 @@ const firstMaxHeadDim = 64
 // / 355.5 against 345.0 / 346.3 with none (quant alone 353.3 / 353.5),
 // Q6_K 298.3 against 292.2 with quant; from 2,048 positions 292.4 / 292.3
 // against 289.3 / 290.0 (quant alone) and 288.2 / 287.9 (none), from 512
-// 332 (quant) against 327.
+// 332 (quant) against 327. Under kA32 a K-quant plan has Q4_0's launches
+// and takes Q4_0's rule (1B Q4_K, twins of norms and rope_store against
+// none: 1,850.0 against 1,850.3).
 func triggerFirst(pl *planned, mode string) {
 	kinds, _ := firstKinds(mode)
 	if mode == "" {
