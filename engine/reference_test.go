@@ -157,20 +157,7 @@ func checkQ8Activations(t *testing.T, m *Model, r *testmodel.Reference) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	worst, mean, top1 := 0.0, 0.0, 0
-	for row := 0; row < r.Rows; row++ {
-		g, w := got[row*r.Vocab:(row+1)*r.Vocab], r.Row(row)
-		e := relErr(g, w)
-		worst = max(worst, e)
-		mean += e / float64(r.Rows)
-		if argmax(g) == argmax(w) {
-			top1++
-		}
-	}
-	t.Logf("row relative error: mean %.3g, worst %.3g; top-1 %d/%d", mean, worst, top1, r.Rows)
-	if mean > 0.12 || worst > 0.35 || top1*4 < r.Rows*3 {
-		t.Errorf("row relative error mean %.3g (bound 0.12), worst %.3g (bound 0.35); top-1 agreement %d/%d (bound 75 %%)", mean, worst, top1, r.Rows)
-	}
+	testmodel.CheckQuantRows(t, got, r)
 }
 
 // TestBF16Reference: the bf16 checkpoint against transformers run in

@@ -117,6 +117,19 @@ func newGPU(t testing.TB) *Backend {
 	return be
 }
 
+// q8kGPU is gpu where its K-quant products read Q8_K records as the
+// CPU's do, else device 0 opened again so that they do (kActQ8K), closed
+// at t's end.
+func q8kGPU(t *testing.T, gpu *Backend) *Backend {
+	if !gpu.kA32() {
+		return gpu
+	}
+	saved := kActQ8K
+	kActQ8K = true
+	defer func() { kActQ8K = saved }()
+	return newGPU(t)
+}
+
 // dequantized is matrix w as float32, by package quant.
 func (b *progBuilder) dequantized(w backend.WeightID) []float32 {
 	tensor := b.p.Weights[w].Tensor

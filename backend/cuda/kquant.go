@@ -240,14 +240,7 @@ func planMatMulK(p *backend.Program, pl *planned, st *planState, op *backend.Op,
 	x, ds := scratch(scratchQ8K), scratch(scratchQ8KRec)
 	switch {
 	case opt.kA32:
-		if !st.holds(st.q8, op.A, which, mvCond) {
-			calls = append(calls, call{kernel: "quantize_q8", gridX: blocks(k/32, 8), gridY: rowsOf(which), block: 256, cond: mvCond,
-				args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.A), meta, i32(which), i32(k)}})
-			st.q8 = &scratchHolds{buf: op.A, which: which, cond: mvCond}
-		}
-		x, ds = scratch(st.q8.area), scratch(st.q8.area+1)
-		pl.need(scratchQ8, p.MaxRows*k)
-		pl.need(scratchQ8DS, p.MaxRows*k/32*8)
+		calls, x, ds = q8Input(p, pl, st, op, which, k, mvCond)
 	default:
 		if !st.holds(st.q8k, op.A, which, mvCond) {
 			calls = append(calls, call{kernel: "quantize_q8k", gridX: blocks(k/256, 8), gridY: rowsOf(which), block: 256, cond: mvCond,

@@ -185,16 +185,7 @@ func kquantCases() []opCase {
 
 func TestKQuantOps(t *testing.T) {
 	gpu := newGPU(t)
-	var kgpu *Backend
-	q8k := func() *Backend { // closed at the end of the test, not of a subtest
-		if kgpu == nil {
-			saved := kActQ8K
-			kActQ8K = true
-			kgpu = newGPU(t)
-			kActQ8K = saved
-		}
-		return kgpu
-	}
+	kgpu := q8kGPU(t, gpu)
 	for i, tc := range kquantCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newProg(t, uint64(i+1), tc.maxRows, tc.slots, tc.context, tc.vocab)
@@ -202,8 +193,8 @@ func TestKQuantOps(t *testing.T) {
 			b.p.Logits = out
 			tc.build(b, out)
 			be := gpu
-			if strings.HasPrefix(tc.name, "fused-q8k/") && gpu.kA32() {
-				be = q8k()
+			if strings.HasPrefix(tc.name, "fused-q8k/") {
+				be = kgpu
 			}
 			compareWithCPU(t, be, b.p, 20, tc.selected, tc.tol)
 		})

@@ -142,16 +142,7 @@ func (p *pair) compare(what string, want, got []float32, limit float64) {
 // holds that path to transformers' logits instead.
 func TestModelsAgainstCPU(t *testing.T) {
 	gpu := newGPU(t)
-	var kgpu *Backend
-	q8k := func() *Backend {
-		if kgpu == nil {
-			saved := kActQ8K
-			kActQ8K = true
-			kgpu = newGPU(t)
-			kActQ8K = saved
-		}
-		return kgpu
-	}
+	kgpu := q8kGPU(t, gpu)
 	type variant struct {
 		path                    string
 		noBLAS, mmq, f16, noGLU bool
@@ -188,8 +179,8 @@ func TestModelsAgainstCPU(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			gpu := gpu
-			if strings.HasSuffix(path, "_K.gguf") && !exactOn() {
-				gpu = q8k()
+			if strings.HasSuffix(path, "_K.gguf") {
+				gpu = kgpu
 			}
 			if vt.noBLAS {
 				// Every product on the matrix-vector kernels.
@@ -626,20 +617,7 @@ func TestQuantizedReferencesGPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			worst, mean, top1 := 0.0, 0.0, 0
-			for row := 0; row < r.Rows; row++ {
-				g, want := got[row*r.Vocab:(row+1)*r.Vocab], r.Row(row)
-				e := relErr(g, want)
-				worst = max(worst, e)
-				mean += e / float64(r.Rows)
-				if argmax(g) == argmax(want) {
-					top1++
-				}
-			}
-			t.Logf("row relative error: mean %.3g, worst %.3g; top-1 %d/%d", mean, worst, top1, r.Rows)
-			if mean > 0.12 || worst > 0.35 || top1*4 < r.Rows*3 {
-				t.Errorf("row relative error mean %.3g (bound 0.12), worst %.3g (bound 0.35); top-1 agreement %d/%d (bound 75 %%)", mean, worst, top1, r.Rows)
-			}
+			testmodel.CheckQuantRows(t, got, r)
 		})
 	}
 }

@@ -101,6 +101,20 @@ func mmqCall(p *backend.Program, op *backend.Op, m *matInfo, which int, opt plan
 			metaField(-1, p.MaxRows), i32(which), i32(m.cols), i32(m.rows)}}
 }
 
+// q8Input returns the launch that quantizes op's input (k columns) to
+// int8 rows of quantize_q8's records under condition c, none where the
+// scratch already holds them, and the scratch areas that hold them.
+func q8Input(p *backend.Program, pl *planned, st *planState, op *backend.Op, which, k int, c cond) (calls []call, x, ds arg) {
+	if !st.holds(st.q8, op.A, which, c) {
+		calls = append(calls, call{kernel: "quantize_q8", gridX: blocks(k/32, 8), gridY: rowsOf(which), block: 256, cond: c,
+			args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.A), metaField(-1, p.MaxRows), i32(which), i32(k)}})
+		st.q8 = &scratchHolds{buf: op.A, which: which, cond: c}
+	}
+	pl.need(scratchQ8, p.MaxRows*k)
+	pl.need(scratchQ8DS, p.MaxRows*k/32*8)
+	return calls, scratch(st.q8.area), scratch(st.q8.area + 1)
+}
+
 // planMatMul returns a checked product's launches: the matrix-vector
 // kernel (after quantizing the input rows to int8 for Q8_0 and Q4_0
 // weights) and, for large counts, mmq (Q8_0 and Q4_0, on the same int8
@@ -125,14 +139,7 @@ func planMatMul(p *backend.Program, pl *planned, st *planState, op *backend.Op, 
 	var calls []call
 	x, ds := buf(op.A), null
 	if m.quantized() {
-		if !st.holds(st.q8, op.A, which, q8Cond) {
-			calls = append(calls, call{kernel: "quantize_q8", gridX: blocks(k/32, 8), gridY: rowsOf(which), block: 256, cond: q8Cond,
-				args: []arg{scratch(scratchQ8), scratch(scratchQ8DS), buf(op.A), meta, i32(which), i32(k)}})
-			st.q8 = &scratchHolds{buf: op.A, which: which, cond: q8Cond}
-		}
-		x, ds = scratch(st.q8.area), scratch(st.q8.area+1)
-		pl.need(scratchQ8, p.MaxRows*k)
-		pl.need(scratchQ8DS, p.MaxRows*k/32*8)
+		calls, x, ds = q8Input(p, pl, st, op, which, k, q8Cond)
 	}
 	rpb := rowsPerBlock(n, m.chunks(), opt.sms)
 	r, b := null, null

@@ -76,3 +76,26 @@ func Argmax(v []float32) int32 {
 	}
 	return int32(best)
 }
+
+// CheckQuantRows holds the logits got of a model with int8-quantized
+// activations, fed r's prompt and continuation teacher-forced, to r's
+// rows under the bounds of the quantized references (engine's
+// TestQuantizedReferences says why): mean row relative error ≤ 0.12,
+// worst ≤ 0.35, top-1 agreement on at least 75 % of rows.
+func CheckQuantRows(t testing.TB, got []float32, r *Reference) {
+	t.Helper()
+	worst, mean, top1 := 0.0, 0.0, 0
+	for row := 0; row < r.Rows; row++ {
+		g, w := got[row*r.Vocab:(row+1)*r.Vocab], r.Row(row)
+		e := RelErr(g, w)
+		worst = max(worst, e)
+		mean += e / float64(r.Rows)
+		if Argmax(g) == Argmax(w) {
+			top1++
+		}
+	}
+	t.Logf("row relative error: mean %.3g, worst %.3g; top-1 %d/%d", mean, worst, top1, r.Rows)
+	if mean > 0.12 || worst > 0.35 || top1*4 < r.Rows*3 {
+		t.Errorf("row relative error mean %.3g (bound 0.12), worst %.3g (bound 0.35); top-1 agreement %d/%d (bound 75 %%)", mean, worst, top1, r.Rows)
+	}
+}
