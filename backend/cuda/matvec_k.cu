@@ -303,6 +303,22 @@ __device__ __forceinline__ void kscale_pair(uint4 h, int p, int* sc0, int* m0, i
     }
 }
 
+// kscale_one decodes the 6-bit scale and min of sub-block j (0..7) alone,
+// from the header as kscale_pair reads it: for Q4_K the half of its pair's
+// field, else kscale_min.
+template <int T>
+__device__ __forceinline__ void kscale_one(uint4 h, int j, int* sc, int* m) {
+    if constexpr (T != W_Q4_K || KHEAD_GGML) {
+        kscale_min(h, j, sc, m);
+    } else {
+        int p = j >> 1;
+        u32 lo = p < 2 ? h.y : p == 2 ? h.z : h.w, hi = p < 2 ? h.z : h.w;
+        u32 f = __funnelshift_r(lo, hi, (24 * p) & 31) >> (6 * (j & 1));
+        *sc = (int)(f & 63);
+        *m = (int)((f >> 12) & 63);
+    }
+}
+
 // deqk returns element i of row `row` of a K-quant weight, computed with
 // package quant's float32 operations in its order.
 template <int T>
@@ -334,9 +350,8 @@ __device__ __forceinline__ float deqk(const u8* w, long long rowBytes, long long
         return __fmul_rn(dl, (float)(v - 32));
     } else {
         uint4 hd = *(const uint4*)h;
-        int s = e >> 5, l = e & 31, sc, m, sc1, m1;
-        kscale_pair<T>(hd, s >> 1, &sc, &m, &sc1, &m1);
-        if (s & 1) sc = sc1, m = m1;
+        int s = e >> 5, l = e & 31, sc, m;
+        kscale_one<T>(hd, s, &sc, &m);
         const u8* qs = T == W_Q5_K ? q + 32 : q;
         int v = (qs[32 * (s >> 1) + l] >> (4 * (s & 1))) & 15;
         if constexpr (T == W_Q5_K) v |= ((q[l] >> s) & 1) << 4;
