@@ -53,17 +53,6 @@ __device__ __forceinline__ constexpr bool k_type() {
     return T >= W_Q4_K && T <= W_IQ4_XS;
 }
 
-// k_rows sets where row j of a K-quant weight of N rows of K columns at w
-// keeps its super-blocks' headers (from byte dOff) and Q6_K's scales (Q2_K's
-// d and dmin) after every header: kquant.go's layout.
-template <int T>
-__device__ __forceinline__ void k_rows(const unsigned char* w, long long dOff, int N, int K, u64 j, const uint4** hdr,
-                                       const u16** d6) {
-    u64 nsb = (u64)K >> 8;
-    *hdr = (const uint4*)(w + dOff) + j * nsb;
-    *d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + j * nsb * (T == W_Q2_K ? 2 : 1);
-}
-
 // int8_act: T's products take int8 activations (quantize_q8's records).
 template <int T>
 __device__ __forceinline__ constexpr bool int8_act() {

@@ -550,11 +550,11 @@ __device__ __forceinline__ void glu_pass(float* out, float* gout, float* uout, s
         const u8* rows[2] = {wg + jr * rowBytes, wu + jr * rowBytes};
         acc_t a[2][M];
         if constexpr (k_type<T>()) {
-            // (x, ds: quantize_q8's records, kernels.cu's K_A32)
-            const uint4* hdr[2];
-            const u16* d6[2];
-            k_rows<T>(wg, dOffG, N, K, jr, &hdr[0], &d6[0]);
-            k_rows<T>(wu, dOffU, N, K, jr, &hdr[1], &d6[1]);
+            // K_A32's records: kernels.cu
+            u64 nsb = K >> 8, dw = T == W_Q2_K ? 2 : 1;
+            const uint4* hdr[2] = {(const uint4*)(wg + dOffG) + jr * nsb, (const uint4*)(wu + dOffU) + jr * nsb};
+            const u16* d6[2] = {(const u16*)(wg + dOffG + (u64)N * nsb * 16) + jr * nsb * dw,
+                                (const u16*)(wu + dOffU + (u64)N * nsb * 16) + jr * nsb * dw};
             mvk_dot<T, M, B, 2, E>(a, (const signed char*)x, ds, rows, hdr, d6, r0, K, live, sub, lpr,
                                    lr0 == 0 ? early : 0);
         } else {

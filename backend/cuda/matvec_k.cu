@@ -577,15 +577,14 @@ __device__ __forceinline__ void mvk_group(float* out, float* resid, const signed
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int lpr = rpb > MV_WARPS ? 32 * MV_WARPS / rpb : 32;
     int wpr = rpb >= MV_WARPS ? 1 : MV_WARPS / rpb;
-    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
+    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr, nsb = K >> 8;
     int early = MVK_EARLY && first ? (TRIGGER_MV ? 1 : 2) : 0;
     int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
     bool live = j < N;
     u64 jj = live ? j : 0;
     const u8* row = w + jj * (u64)rowBytes;
-    const uint4* hdr;
-    const u16* d6;
-    k_rows<T>(w, dOff, N, K, jj, &hdr, &d6);
+    const uint4* hdr = (const uint4*)(w + dOff) + jj * nsb;
+    const u16* d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + jj * nsb * (T == W_Q2_K ? 2 : 1);
     if constexpr (MAXM == 1) {
         mvk_pass<T, 1, MVK_EARLY>(out, resid, qa, ds, row, hdr, d6, bias, 0, K, N, j, live, sub, nsub, wpr, lpr, early);
         return;
@@ -624,16 +623,15 @@ __device__ void matvec_k(float* out, float* resid, const signed char* qa, const 
     int lpr = rpb > MV_WARPS ? 32 * MV_WARPS / rpb : 32;
     int wpr = rpb >= MV_WARPS ? 1 : MV_WARPS / rpb;
     int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = wpr * lpr;
-    int n = meta[which], groups = (N + rpb - 1) / rpb;
+    int n = meta[which], groups = (N + rpb - 1) / rpb, nsb = K >> 8;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
         int early = MVK_EARLY && g == (int)blockIdx.x ? (TRIGGER_MV ? 1 : 2) : 0;
         int j = g * rpb + (warp / wpr) * (32 / lpr) + lane / lpr;
         bool live = j < N;
         u64 jj = live ? j : 0;
         const u8* row = w + jj * (u64)rowBytes;
-        const uint4* hdr;
-        const u16* d6;
-        k_rows<T>(w, dOff, N, K, jj, &hdr, &d6);
+        const uint4* hdr = (const uint4*)(w + dOff) + jj * nsb;
+        const u16* d6 = (const u16*)(w + dOff + (u64)N * nsb * 16) + jj * nsb * (T == W_Q2_K ? 2 : 1);
         if constexpr (MAXM == 1) {
             mvk_pass<T, 1, MVK_EARLY>(out, resid, qa, ds, row, hdr, d6, bias, 0, K, N, j, live, sub, nsub, wpr, lpr, early);
             continue;
