@@ -630,20 +630,7 @@ func profileSteps() int {
 // decode steps of one sequence, calling before(i), where set, before
 // step i.
 func decodeSteps(t *testing.T, gpu *Backend, path string, steps int, before func(i int)) {
-	w, err := weights.Open(path, weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	m, err := engine.Load(w, gpu, engine.Options{Context: 1024, MaxBatch: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	seq, err := m.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, seq := openSequence(t, path, gpu, engine.Options{Context: 1024, MaxBatch: 512})
 	logits := make([]float32, m.Vocab())
 	for i := range steps {
 		if before != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/weftlm/weft/backend"
+	"github.com/weftlm/weft/engine"
 	"github.com/weftlm/weft/ggml"
 	"github.com/weftlm/weft/quant"
 	"github.com/weftlm/weft/weights"
@@ -128,6 +129,28 @@ func q8kGPU(t *testing.T, gpu *Backend) *Backend {
 	kActQ8K = true
 	defer func() { kActQ8K = saved }()
 	return newGPU(t)
+}
+
+// openSequence opens the model at path on be with opts and a sequence of
+// it, all closed at t's end.
+func openSequence(t *testing.T, path string, be backend.Backend, opts engine.Options) (*engine.Model, *engine.Sequence) {
+	t.Helper()
+	w, err := weights.Open(path, weights.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	m, err := engine.Load(w, be, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	seq, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seq.Close() })
+	return m, seq
 }
 
 // dequantized is matrix w as float32, by package quant.

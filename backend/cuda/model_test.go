@@ -366,20 +366,7 @@ func TestStoriesGreedy(t *testing.T) {
 	}
 	model := sharedFile(t, "gguf-stories260K/stories260K.gguf")
 	gpu := newGPU(t)
-	w, err := weights.Open(model, weights.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	m, err := engine.Load(w, gpu, engine.Options{Context: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	seq, err := m.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, seq := openSequence(t, model, gpu, engine.Options{Context: 512})
 	logits := make([]float32, m.Vocab())
 	got := []int32{want.IDs[0]}
 	start := time.Now()
@@ -598,21 +585,7 @@ func TestQuantizedReferencesGPU(t *testing.T) {
 		}
 		t.Run(filepath.Base(base), func(t *testing.T) {
 			r := testmodel.LoadReferenceFiles(t, ref, base+".logits.f32")
-			w, err := weights.Open(base+".gguf", weights.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			m, err := engine.Load(w, gpu, engine.Options{Context: 128, MaxBatch: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			seq, err := m.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer seq.Close()
+			_, seq := openSequence(t, base+".gguf", gpu, engine.Options{Context: 128, MaxBatch: 16})
 			got, err := seq.Forward(append(append([]int32{}, r.Tokens...), r.Generated...), true)
 			if err != nil {
 				t.Fatal(err)
